@@ -1,0 +1,148 @@
+"""A cell: one measurement (framework, launcher, workload, device count, batch size, ...)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from scaling import hardware
+from scaling.errors import ScalingError
+from scaling.launchers import get_launcher
+from workloads import UnknownWorkload, get_workload
+
+DEVICE_TYPES = ("auto", "gpu", "cpu")
+
+# Fields that do not change what is measured, so they stay out of the cell's identity.
+_NOT_IDENTITY = {"timeout_s", "rendezvous"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Everything that defines one measurement. Built through :func:`make_cell`."""
+
+    framework: str
+    launcher: str
+    workload: str
+    devices: int
+    """Devices per node: GPUs, or CPU worker processes on a machine without GPUs."""
+    batch_size: int
+    """Per-device batch size."""
+    image_size: int
+    steps: int
+    warmup: int
+    device_type: str
+    """``gpu`` or ``cpu`` (``auto`` is resolved when the cell is made)."""
+    threads_per_device: int
+    nodes: int = 1
+    memory_limit: Optional[int] = None
+    """Per-worker memory cap in bytes for CPU devices (None: no cap)."""
+    repeat: int = 0
+    purpose: str = "sweep"
+    """``sweep`` for sweep and run cells, ``maxbatch`` for max-batch trials."""
+    options: Dict[str, Any] = field(default_factory=dict)
+    """Framework-specific options (recorded and part of the identity)."""
+    timeout_s: float = 600.0
+    rendezvous: Optional[str] = None
+    """``host:port`` of the rendezvous for multi-node runs; chosen locally when None."""
+
+    @property
+    def total_devices(self) -> int:
+        return self.devices * self.nodes
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.total_devices
+
+    @property
+    def cell_id(self) -> str:
+        identity = {k: v for k, v in dataclasses.asdict(self).items() if k not in _NOT_IDENTITY}
+        blob = json.dumps(identity, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def with_changes(self, **changes) -> "Cell":
+        return dataclasses.replace(self, **changes)
+
+
+def resolve_device_type(device_type: str) -> str:
+    if device_type not in DEVICE_TYPES:
+        raise ScalingError(
+            f"unknown device type {device_type!r}; valid: {', '.join(DEVICE_TYPES)}"
+        )
+    if device_type == "auto":
+        return "gpu" if hardware.gpu_count() > 0 else "cpu"
+    return device_type
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ScalingError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def make_cell(
+    *,
+    framework: str,
+    launcher: str,
+    workload: str,
+    devices: int,
+    batch_size: int,
+    image_size: Optional[int] = None,
+    steps: int = 20,
+    warmup: int = 5,
+    device_type: str = "auto",
+    threads_per_device: Optional[int] = None,
+    nodes: int = 1,
+    memory_limit: Optional[int] = None,
+    repeat: int = 0,
+    purpose: str = "sweep",
+    options: Optional[Dict[str, Any]] = None,
+    timeout_s: float = 600.0,
+    rendezvous: Optional[str] = None,
+) -> Cell:
+    """Validate the inputs, resolve defaults (device type, image size, threads) and build a cell."""
+    try:
+        spec = get_workload(workload)
+    except UnknownWorkload as error:
+        raise ScalingError(str(error)) from None
+    launcher_spec = get_launcher(launcher)
+    if launcher_spec.framework != framework:
+        raise ScalingError(
+            f"launcher {launcher!r} runs {launcher_spec.framework}, not {framework!r}"
+        )
+    if framework not in spec.builders:
+        raise ScalingError(f"workload {workload!r} has no {framework} model")
+    for name, value in (("devices", devices), ("batch size", batch_size), ("steps", steps),
+                        ("nodes", nodes)):
+        _positive(name, value)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ScalingError(f"warmup must be a non-negative integer, got {warmup!r}")
+    if timeout_s <= 0:
+        raise ScalingError(f"timeout must be positive, got {timeout_s!r}")
+    resolved_type = resolve_device_type(device_type)
+    if resolved_type == "gpu" and nodes == 1 and devices > hardware.gpu_count():
+        raise ScalingError(
+            f"{devices} GPUs requested but this machine has {hardware.gpu_count()}"
+        )
+    size = spec.input_size if image_size is None else _positive("image size", image_size)
+    if size < spec.min_image_size:
+        raise ScalingError(
+            f"image size {size} is below {workload}'s smallest input, {spec.min_image_size}"
+        )
+    if threads_per_device is None:
+        threads_per_device = max(1, hardware.cpu_cores() // devices)
+    _positive("threads per device", threads_per_device)
+    if memory_limit is not None and resolved_type != "cpu":
+        raise ScalingError("a memory limit applies to CPU devices only; GPUs use their own memory")
+    return Cell(
+        framework=framework, launcher=launcher, workload=workload, devices=devices,
+        batch_size=batch_size, image_size=size, steps=steps, warmup=warmup,
+        device_type=resolved_type, threads_per_device=threads_per_device, nodes=nodes,
+        memory_limit=memory_limit, repeat=repeat, purpose=purpose, options=dict(options or {}),
+        timeout_s=float(timeout_s), rendezvous=rendezvous,
+    )

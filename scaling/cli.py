@@ -1,0 +1,154 @@
+"""The ``scaling`` command line."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from scaling import __version__, hardware
+from scaling.cell import DEVICE_TYPES, make_cell
+from scaling.errors import ScalingError
+from scaling.launchers import LAUNCHERS, frameworks
+from scaling.report import report, scaling_tables
+from scaling.runner import pending_cells, run_cells
+from scaling.store import ResultStore
+from scaling.sweep import expand, interpreters, load_sweep
+from scaling.units import format_bytes, parse_bytes
+from workloads import WORKLOADS
+
+console = Console()
+
+
+class ScalingGroup(click.Group):
+    """Reports bad input as one line: ``Error: ...``, exit status 2, no traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ScalingError as error:
+            raise click.UsageError(str(error)) from None
+
+
+@click.group(cls=ScalingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="scaling")
+def cli():
+    """Measure how training throughput (images/sec) scales with the number of devices.
+
+    A cell is one measurement: a framework and launcher, a workload, a device count and a
+    per-device batch size. Cells run in fresh processes under a timeout; each one ends as ok,
+    oom, timeout, crashed or error and is appended to OUT/results.jsonl.
+    """
+
+
+@cli.command()
+def devices():
+    """List GPUs (the fields nvidia-smi shows), the CPU, and installed frameworks."""
+    gpus = hardware.query_gpus()
+    if gpus:
+        table = Table(title="GPUs")
+        for key in gpus[0]:
+            table.add_column(key)
+        for gpu in gpus:
+            table.add_row(*gpu.values())
+        console.print(table)
+    else:
+        console.print("GPUs: none found (nvidia-smi absent or reports no device)")
+    console.print(f"CPU: {hardware.cpu_model()}, {hardware.cpu_cores()} cores")
+    versions = hardware.installed_versions(sys.executable) or {}
+    table = Table(title="Frameworks", caption=f"as seen by {sys.executable}")
+    table.add_column("package")
+    table.add_column("version")
+    for package, version in versions.items():
+        table.add_row(package, version)
+    console.print(table)
+
+
+def _print_record(record) -> None:
+    if record["status"] == "ok":
+        console.print(
+            f"ok: {record['images_per_sec']:.1f} images/sec on {record['total_devices']} "
+            f"{record['device_type']} device(s), global batch {record['global_batch_size']}, "
+            f"median step {record['step_time_median_s'] * 1000:.1f} ms, "
+            f"peak memory {format_bytes(record['peak_memory_bytes'])} per rank"
+        )
+    else:
+        console.print(f"{record['status']}: {record['error']}")
+
+
+@cli.command()
+@click.option("--framework", type=click.Choice(frameworks()), default="torch", show_default=True)
+@click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun",
+              show_default=True)
+@click.option("--workload", required=True, help=f"One of: {', '.join(sorted(WORKLOADS))}.")
+@click.option("--devices", type=int, default=1, show_default=True, help="Devices per node.")
+@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option("--rendezvous", help="host:port of the rendezvous when --nodes > 1.")
+@click.option("--batch-size", type=int, required=True, help="Per-device batch size.")
+@click.option("--image-size", type=int, help="Square input side [default: the workload's].")
+@click.option("--steps", type=int, default=20, show_default=True, help="Timed steps.")
+@click.option("--warmup", type=int, default=5, show_default=True, help="Untimed steps first.")
+@click.option("--device-type", type=click.Choice(DEVICE_TYPES), default="auto",
+              show_default=True, help="auto: GPUs if there are any, else CPU workers.")
+@click.option("--threads-per-device", type=int,
+              help="CPU threads per worker [default: cores // devices, at least 1].")
+@click.option("--memory-limit", help="Per-worker memory cap for CPU devices, e.g. 3GiB.")
+@click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
+              help="Seconds before the cell's processes are killed.")
+@click.option("--repeat", type=int, default=0, show_default=True,
+              help="Repeat index; a cell already recorded runs again only under a new index.")
+@click.option("--python", help="Interpreter for the workers [default: this one].")
+@click.option("--out", "out_dir", default="runs/run", show_default=True,
+              type=click.Path(file_okay=False))
+def run(out_dir, python, memory_limit, **fields):
+    """Run one cell and append its result to OUT/results.jsonl."""
+    cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None, **fields)
+    recorded = ResultStore(out_dir).done().get(cell.cell_id)
+    if recorded is not None:
+        console.print(f"cell {cell.cell_id} is already recorded in {out_dir}; "
+                      "pass --repeat N to measure it again")
+        _print_record(recorded)
+        return
+    records = run_cells([cell], out_dir, {cell.framework: python} if python else None)
+    _print_record(records[0])
+
+
+def _print_report(out_dir) -> None:
+    records = ResultStore(out_dir).records()
+    if not records:
+        raise ScalingError(f"no results in {out_dir}")
+    rows, path = report(out_dir, records)
+    for table in scaling_tables(rows):
+        console.print(table)
+    console.print(f"wrote {path}")
+
+
+@cli.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Output folder [default: runs/NAME].")
+@click.option("--resume", is_flag=True, help="Skip the cells already recorded in OUT.")
+def sweep(config, out_dir, resume):
+    """Run every cell of the sweep file CONFIG, then print the scaling report."""
+    spec = load_sweep(config)
+    out_dir = out_dir or f"runs/{spec.name}"
+    cells = expand(spec)
+    todo = pending_cells(cells, out_dir, resume)
+    console.print(f"{spec.name}: {len(cells)} cells, {len(cells) - len(todo)} already recorded, "
+                  f"output in {out_dir}")
+    run_cells(todo, out_dir, interpreters(spec))
+    _print_report(out_dir)
+
+
+@cli.command(name="report")
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+def report_command(out_dir):
+    """Print the scaling tables of OUT_DIR and write OUT_DIR/results.csv with speedup and
+    efficiency (weak scaling: per-device batch fixed, baseline = measured one device)."""
+    _print_report(out_dir)
+
+
+def main() -> None:
+    cli(prog_name="scaling")

@@ -1,0 +1,94 @@
+"""Run one cell under its launcher and turn what its ranks report into a result record."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import socket
+import sys
+import uuid
+from pathlib import Path
+from typing import Dict, Optional
+
+import scaling
+from scaling import hardware
+from scaling.aggregate import summarize
+from scaling.cell import Cell
+from scaling.launchers import get_launcher
+from scaling.processes import run_process_tree
+from scaling.store import ResultStore
+
+PROJECT_ROOT = Path(scaling.__file__).resolve().parents[1]
+
+
+def _read_reports(cell_dir: Path):
+    reports = []
+    for path in sorted(cell_dir.glob("rank*.json")):
+        with open(path) as report:
+            reports.append(json.load(report))
+    return reports
+
+
+def provenance() -> Dict:
+    return {
+        "host": socket.gethostname(),
+        "cpu_model": hardware.cpu_model(),
+        "cpu_cores": hardware.cpu_cores(),
+        "harness_version": scaling.__version__,
+    }
+
+
+def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
+             extra_env: Optional[Dict[str, str]] = None) -> Dict:
+    """Run ``cell`` in a fresh process tree under its timeout and return its result record.
+
+    The cell's files (spec, rank reports, launcher log) live in ``OUT/cells/CELL_ID/``.
+    """
+    cell_dir = Path(out_dir) / "cells" / cell.cell_id
+    if cell_dir.exists():
+        shutil.rmtree(cell_dir)
+    cell_dir.mkdir(parents=True)
+    (cell_dir / "cell.json").write_text(json.dumps(cell.to_dict(), indent=2))
+    launcher = get_launcher(cell.launcher)
+    argv = launcher.command(cell, str(cell_dir), python or sys.executable)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
+                                                    os.environ.get("PYTHONPATH")])),
+        **launcher.env(cell),
+        **(extra_env or {}),
+    }
+    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    returncode, timed_out, wall_s = run_process_tree(
+        argv, env, uuid.uuid4().hex, str(cell_dir / "launcher.log"), cell.timeout_s,
+    )
+    reports = _read_reports(cell_dir)
+    outcome = summarize(reports, cell.total_devices, returncode, timed_out, cell.timeout_s)
+    first = min(reports, key=lambda r: r["rank"]) if reports else {}
+    return {
+        "cell": cell.cell_id,
+        **{k: v for k, v in cell.to_dict().items() if k != "rendezvous"},
+        "total_devices": cell.total_devices,
+        "global_batch_size": cell.global_batch_size,
+        "params": first.get("params"),
+        "images_per_sec": None,
+        "step_time_median_s": None,
+        "step_time_p95_s": None,
+        "peak_memory_bytes": None,
+        **outcome,
+        "versions": first.get("versions"),
+        "device_name": first.get("device_name"),
+        "layout": first.get("layout"),
+        **provenance(),
+        "started_at": started_at,
+        "wall_s": round(wall_s, 3),
+        "log": str(cell_dir / "launcher.log"),
+    }
+
+
+def run_and_record(cell: Cell, out_dir, **kwargs) -> Dict:
+    record = run_cell(cell, out_dir, **kwargs)
+    ResultStore(out_dir).append(record)
+    return record

@@ -1,0 +1,156 @@
+"""Sweep files: YAML that names frameworks, launchers, workloads, device counts and batch sizes.
+
+A sweep expands to cells, one per combination and repeat, in order of increasing device count
+so that each one-device baseline runs first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+import yaml
+
+from scaling import hardware
+from scaling.cell import Cell, make_cell, resolve_device_type
+from scaling.errors import ScalingError
+from scaling.launchers import LAUNCHERS, frameworks
+from scaling.units import parse_bytes
+
+
+@dataclass
+class FrameworkSection:
+    launchers: List[str]
+    """Launchers to run this framework under, for example ``[torchrun]``."""
+    python: Optional[str] = None
+    """Interpreter that runs this framework's workers (default: the harness's own)."""
+    options: Dict[str, Any] = field(default_factory=dict)
+    """Framework-specific options passed to every cell."""
+
+
+@dataclass
+class SweepConfig:
+    frameworks: Dict[str, FrameworkSection]
+    workloads: List[str]
+    batch_sizes: List[int]
+    """Per-device batch sizes."""
+    devices: Union[List[int], str] = "all"
+    """Devices per node, or ``all``: 1, 2, 4, ... up to every device of the machine."""
+    name: str = "sweep"
+    device_type: str = "auto"
+    """``auto`` (GPUs if there are any, else CPU workers), ``gpu`` or ``cpu``."""
+    nodes: int = 1
+    image_size: Optional[int] = None
+    """Square input side; the workload's nominal size when omitted."""
+    steps: int = 20
+    warmup: int = 5
+    repeats: int = 1
+    timeout_s: float = 600.0
+    threads_per_device: Optional[int] = None
+    memory_limit: Optional[str] = None
+    """Per-worker memory cap for CPU devices, such as ``3GiB``."""
+
+
+def _check_keys(data: Dict, cls, where: str) -> None:
+    valid = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in valid:
+            raise ScalingError(f"{where}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+    missing = [f.name for f in dataclasses.fields(cls)
+               if f.name not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ScalingError(f"{where}: missing key(s) {', '.join(missing)}")
+
+
+def _as_list(value, key: str, where: str) -> List:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, (int, str)):
+        return [value]
+    raise ScalingError(f"{where}: {key} must be a list, got {value!r}")
+
+
+def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
+    if not isinstance(data, dict):
+        raise ScalingError(f"{where}: expected a mapping of keys at the top level")
+    _check_keys(data, SweepConfig, where)
+    sections = {}
+    if not isinstance(data["frameworks"], dict) or not data["frameworks"]:
+        raise ScalingError(f"{where}: frameworks must map framework names to their launchers")
+    for name, section in data["frameworks"].items():
+        if name not in frameworks():
+            raise ScalingError(
+                f"{where}: unknown framework {name!r}; valid frameworks: {', '.join(frameworks())}"
+            )
+        section = section or {}
+        _check_keys(section, FrameworkSection, f"{where}: frameworks.{name}")
+        launchers = _as_list(section["launchers"], "launchers", where)
+        for launcher in launchers:
+            if launcher not in LAUNCHERS or LAUNCHERS[launcher].framework != name:
+                valid = sorted(k for k, v in LAUNCHERS.items() if v.framework == name)
+                raise ScalingError(
+                    f"{where}: {launcher!r} is not a {name} launcher; valid: {', '.join(valid)}"
+                )
+        sections[name] = FrameworkSection(**{**section, "launchers": launchers})
+    values = {**data, "frameworks": sections}
+    for key in ("workloads", "batch_sizes"):
+        values[key] = _as_list(data[key], key, where)
+    if data.get("devices", "all") != "all":
+        values["devices"] = _as_list(data["devices"], "devices", where)
+    return SweepConfig(**values)
+
+
+def load_sweep(path) -> SweepConfig:
+    try:
+        with open(path) as text:
+            data = yaml.safe_load(text)
+    except OSError as error:
+        raise ScalingError(f"cannot read sweep file {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ScalingError(f"{path}: not valid YAML ({error.problem})") from None
+    return parse_sweep(data, str(path))
+
+
+def interpreters(config: SweepConfig) -> Dict[str, str]:
+    """Framework -> the interpreter that runs its workers, where the sweep names one."""
+    return {name: section.python for name, section in config.frameworks.items() if section.python}
+
+
+def device_counts(devices: Union[List[int], str], device_type: str) -> List[int]:
+    """``all`` -> 1, 2, 4, ... and the machine's full device count."""
+    if devices != "all":
+        return sorted(set(devices))
+    available = hardware.gpu_count() if device_type == "gpu" else hardware.cpu_cores()
+    counts = {1, available}
+    power = 2
+    while power < available:
+        counts.add(power)
+        power *= 2
+    return sorted(counts)
+
+
+def expand(config: SweepConfig) -> List[Cell]:
+    device_type = resolve_device_type(config.device_type)
+    if isinstance(config.repeats, bool) or not isinstance(config.repeats, int) \
+            or config.repeats <= 0:
+        raise ScalingError(f"repeats must be a positive integer, got {config.repeats!r}")
+    memory_limit = parse_bytes(config.memory_limit) if config.memory_limit else None
+    cells = []
+    for framework, section in config.frameworks.items():
+        combos = itertools.product(
+            section.launchers, config.workloads, config.batch_sizes,
+            device_counts(config.devices, device_type), range(config.repeats),
+        )
+        for launcher, workload, batch_size, devices, repeat in combos:
+            cells.append(make_cell(
+                framework=framework, launcher=launcher, workload=workload, devices=devices,
+                batch_size=batch_size, image_size=config.image_size, steps=config.steps,
+                warmup=config.warmup, device_type=device_type,
+                threads_per_device=config.threads_per_device, nodes=config.nodes,
+                memory_limit=memory_limit, repeat=repeat, options=section.options,
+                timeout_s=config.timeout_s,
+            ))
+    return cells

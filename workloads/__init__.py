@@ -1,0 +1,89 @@
+"""The workload registry: one entry per model, with a builder per framework.
+
+Builders are named as ``"module:function"`` strings so that this registry can be
+imported by the harness without importing any framework. Auxiliary classifier
+heads (GoogLeNet, Inception-v3) are off in every framework: the published
+throughput tables measure the main network only.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Dict
+
+
+class UnknownWorkload(ValueError):
+    """A workload or framework name that the registry does not know."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a workload is: its nominal input, its classes and how to build it."""
+
+    name: str
+    input_size: int
+    """Nominal square input side in pixels (224 for ImageNet networks, 299 for Inception-v3)."""
+    classes: int
+    min_image_size: int
+    """The smallest input side the network accepts in every framework."""
+    builders: Dict[str, str] = field(default_factory=dict)
+    """Framework name -> ``"module:function"``; the function takes (image_size, classes)."""
+    notes: str = ""
+
+    def builder(self, framework: str) -> Callable:
+        if framework not in self.builders:
+            raise UnknownWorkload(
+                f"workload {self.name!r} has no {framework!r} model; "
+                f"it has: {', '.join(sorted(self.builders))}"
+            )
+        module, function = self.builders[framework].split(":")
+        return getattr(importlib.import_module(module), function)
+
+
+WORKLOADS: Dict[str, Workload] = {}
+
+
+def register(workload: Workload) -> Workload:
+    if workload.name in WORKLOADS:
+        raise ValueError(f"workload {workload.name!r} is registered twice")
+    WORKLOADS[workload.name] = workload
+    return workload
+
+
+def get_workload(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise UnknownWorkload(
+            f"unknown workload {name!r}; valid workloads: {', '.join(sorted(WORKLOADS))}"
+        ) from None
+
+
+register(Workload(
+    name="alexnet", input_size=224, classes=1000, min_image_size=63,
+    builders={"torch": "workloads.torch_models:alexnet"},
+    notes="torchvision's single-tower AlexNet (61.1 M parameters).",
+))
+register(Workload(
+    name="googlenet", input_size=224, classes=1000, min_image_size=32,
+    builders={"torch": "workloads.torch_models:googlenet"},
+    notes="GoogLeNet (Inception v1) with batch norm, as torchvision builds it; no auxiliary heads.",
+))
+register(Workload(
+    name="resnet50", input_size=224, classes=1000, min_image_size=32,
+    builders={"torch": "workloads.torch_models:resnet50"},
+))
+register(Workload(
+    name="inception_v3", input_size=299, classes=1000, min_image_size=75,
+    builders={"torch": "workloads.torch_models:inception_v3"},
+    notes="No auxiliary head.",
+))
+register(Workload(
+    name="cifar10", input_size=32, classes=10, min_image_size=8,
+    builders={"torch": "workloads.torch_models:cifar10"},
+    notes=(
+        "The TensorFlow CIFAR-10 tutorial network: conv5x5-64, max-pool, LRN, conv5x5-64, LRN, "
+        "max-pool, fc-384, fc-192, fc-10 (1.76 M parameters at 32x32)."
+    ),
+))

@@ -1,0 +1,67 @@
+"""PyTorch definitions of the registry's workloads (random initialisation, no pretrained weights)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchvision import models
+
+
+def alexnet(image_size: int, classes: int) -> nn.Module:
+    return models.alexnet(weights=None, num_classes=classes)
+
+
+def googlenet(image_size: int, classes: int) -> nn.Module:
+    return models.googlenet(weights=None, num_classes=classes, aux_logits=False, init_weights=True)
+
+
+def resnet50(image_size: int, classes: int) -> nn.Module:
+    return models.resnet50(weights=None, num_classes=classes)
+
+
+def inception_v3(image_size: int, classes: int) -> nn.Module:
+    return models.inception_v3(
+        weights=None, num_classes=classes, aux_logits=False, init_weights=True
+    )
+
+
+def _same_pool_size(size: int) -> int:
+    """Output side of a 3x3, stride-2 max-pool with TensorFlow's SAME padding."""
+    return (size + 1) // 2
+
+
+class Cifar10Net(nn.Module):
+    """The TensorFlow CIFAR-10 tutorial network, layer for layer.
+
+    TensorFlow's LRN uses depth_radius=4, bias=1, alpha=0.001/9, beta=0.75 and does not divide
+    alpha by the window; PyTorch does, so the window is 9 and alpha is 0.001.
+    """
+
+    def __init__(self, image_size: int = 32, classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 64, kernel_size=5, padding=2),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
+            nn.LocalResponseNorm(size=9, alpha=0.001, beta=0.75, k=1.0),
+            nn.Conv2d(64, 64, kernel_size=5, padding=2),
+            nn.ReLU(inplace=True),
+            nn.LocalResponseNorm(size=9, alpha=0.001, beta=0.75, k=1.0),
+            nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
+        )
+        side = _same_pool_size(_same_pool_size(image_size))
+        self.classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(64 * side * side, 384),
+            nn.ReLU(inplace=True),
+            nn.Linear(384, 192),
+            nn.ReLU(inplace=True),
+            nn.Linear(192, classes),
+        )
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(images))
+
+
+def cifar10(image_size: int, classes: int) -> nn.Module:
+    return Cifar10Net(image_size, classes)
