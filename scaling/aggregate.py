@@ -5,12 +5,13 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional
 
-STATUSES = ("ok", "oom", "timeout", "crashed", "error")
+def _earliest(reports: List[Dict], status: str) -> Optional[Dict]:
+    matching = [r for r in reports if r.get("status") == status]
+    return min(matching, key=lambda r: r["failed_at"]) if matching else None
 
 
-def _first_failure(reports: List[Dict]) -> Optional[Dict]:
-    failed = [r for r in reports if r.get("status") != "ok"]
-    return min(failed, key=lambda r: r.get("failed_at", float("inf"))) if failed else None
+def _failed(report: Dict) -> Dict:
+    return {"status": report["status"], "error": f"rank {report['rank']}: {report['error']}"}
 
 
 def summarize(
@@ -19,23 +20,34 @@ def summarize(
 ) -> Dict:
     """Status, one-line error and metrics of a cell from its rank reports.
 
+    The root cause wins over its consequences: an OOM on any rank makes the cell ``oom`` even if
+    its peers then failed in a collective; a rank that died without a report (killed, segfault)
+    makes it ``crashed``; then the timeout; then the earliest reported error. Ranks stopped by
+    the launcher or the harness report ``terminated``, which is no failure of their own.
+
     ``images_per_sec`` is the global image count over the wall time from the earliest start to
-    the latest end across ranks. A failing rank's own report wins over the timeout or a crash
-    that it may have caused in the other ranks.
+    the latest end across ranks.
     """
-    failure = _first_failure(reports)
-    if failure is not None:
-        return {"status": failure["status"], "error": f"rank {failure['rank']}: {failure['error']}"}
-    reported = sorted(r["rank"] for r in reports)
-    missing = sorted(set(range(world_size)) - set(reported))
-    if timed_out:
-        return {"status": "timeout",
-                "error": f"no result within {timeout_s:g} s; ranks {missing} still running, "
-                         "process group killed"}
-    if missing:
+    oom = _earliest(reports, "oom")
+    if oom is not None:
+        return _failed(oom)
+    missing = sorted(set(range(world_size)) - {r["rank"] for r in reports})
+    if missing and not timed_out:
         return {"status": "crashed",
-                "error": f"ranks {missing} exited without a report "
+                "error": f"ranks {missing} died without a report "
                          f"(launcher exit code {returncode})"}
+    if timed_out:
+        running = missing + sorted(r["rank"] for r in reports if r["status"] == "terminated")
+        return {"status": "timeout",
+                "error": f"no result within {timeout_s:g} s (ranks {running} still running); "
+                         "process tree killed"}
+    error = _earliest(reports, "error")
+    if error is not None:
+        return _failed(error)
+    if any(r["status"] != "ok" for r in reports):
+        stopped = sorted(r["rank"] for r in reports if r["status"] != "ok")
+        return {"status": "crashed",
+                "error": f"ranks {stopped} were stopped (launcher exit code {returncode})"}
     start = min(r["start"] for r in reports)
     end = max(r["end"] for r in reports)
     images = sum(r["images"] for r in reports)

@@ -123,6 +123,13 @@ def write_report(cell_dir: str, rank: int, report: Dict) -> None:
 def reporting(cell_dir: str, rank: int):
     """Collect a rank's results in a dict and write them, or the failure, as its report."""
     report: Dict = {"rank": rank, "pid": os.getpid(), "status": "ok"}
+
+    def on_sigterm(signum, frame):
+        report.update(status="terminated", error="stopped by SIGTERM", failed_at=time.time())
+        write_report(cell_dir, rank, report)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield report
     except (Exception, MemoryError) as error:
@@ -131,5 +138,6 @@ def reporting(cell_dir: str, rank: int):
         write_report(cell_dir, rank, report)
         sys.stderr.write(f"rank {rank} failed: {reason}\n")
         sys.stderr.flush()
-        os._exit(1)
+        os._exit(1)  # skip interpreter teardown, which can block in the framework's collectives
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     write_report(cell_dir, rank, report)

@@ -1,0 +1,67 @@
+"""Shared helpers: run the real ``scaling`` command line and read what it recorded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from scaling.processes import TOKEN_ENV
+
+
+def scaling_cli(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "scaling", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+def read_records(out_dir) -> list:
+    path = Path(out_dir) / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def rank_reports(record) -> list:
+    cell_dir = Path(record["log"]).parent
+    return [json.loads(p.read_text()) for p in sorted(cell_dir.glob("rank*.json"))]
+
+
+def leftover_cell_processes() -> list:
+    """Processes started for any cell (they carry the cell token) that are still alive."""
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            if TOKEN_ENV in proc.environ() and proc.status() != psutil.STATUS_ZOMBIE:
+                left.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return left
+
+
+def write_sweep(path: Path, **overrides) -> Path:
+    import yaml
+
+    spec = {
+        "name": "test",
+        "device_type": "cpu",
+        "frameworks": {"torch": {"launchers": ["torchrun"]}},
+        "workloads": ["cifar10"],
+        "devices": [1],
+        "batch_sizes": [4],
+        "image_size": 16,
+        "steps": 3,
+        "warmup": 1,
+        "timeout_s": 120,
+    }
+    spec.update(overrides)
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture
+def out_dir(tmp_path) -> Path:
+    return tmp_path / "out"

@@ -1,0 +1,77 @@
+"""Bad input gets one line that says what is wrong and what is valid, exit status 2, and no
+traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import scaling_cli, write_sweep
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error_lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in error_lines[0]
+
+
+RUN = ("run", "--device-type", "cpu", "--steps", 1, "--warmup", 0)
+
+
+def test_unknown_workload_names_the_valid_ones():
+    result = scaling_cli(*RUN, "--workload", "vgg16", "--batch-size", 2)
+    assert_one_line_error(result, "unknown workload 'vgg16'",
+                          "alexnet, cifar10, googlenet, inception_v3, resnet50")
+
+
+@pytest.mark.parametrize("batch", [0, -4])
+def test_non_positive_batch_is_refused(batch):
+    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", batch)
+    assert_one_line_error(result, f"batch size must be a positive integer, got {batch}")
+
+
+def test_more_gpus_than_exist_is_refused():
+    from scaling.hardware import gpu_count
+
+    wanted = gpu_count() + 1
+    result = scaling_cli("run", "--device-type", "gpu", "--devices", wanted,
+                         "--workload", "cifar10", "--batch-size", 2)
+    assert_one_line_error(result, f"{wanted} GPUs requested but this machine has {gpu_count()}")
+
+
+def test_image_below_the_workload_minimum_is_refused():
+    result = scaling_cli(*RUN, "--workload", "inception_v3", "--batch-size", 2,
+                         "--image-size", 32)
+    assert_one_line_error(result, "below inception_v3's smallest input, 75")
+
+
+def test_bad_memory_limit_is_refused():
+    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", 2,
+                         "--memory-limit", "lots")
+    assert_one_line_error(result, "bad memory size 'lots'")
+
+
+def test_unknown_yaml_key_names_the_file_and_the_valid_keys(tmp_path):
+    config = write_sweep(tmp_path / "typo.yaml", batch_size=[4])
+    result = scaling_cli("sweep", config)
+    assert_one_line_error(result, str(config), "unknown key 'batch_size'", "batch_sizes")
+
+
+def test_unknown_framework_and_launcher_are_refused(tmp_path):
+    config = write_sweep(tmp_path / "fw.yaml", frameworks={"caffe": {"launchers": ["x"]}})
+    assert_one_line_error(scaling_cli("sweep", config), "unknown framework 'caffe'", "torch")
+    config = write_sweep(tmp_path / "ln.yaml", frameworks={"torch": {"launchers": ["mpirun"]}})
+    assert_one_line_error(scaling_cli("sweep", config), "'mpirun' is not a torch launcher",
+                          "torchrun")
+
+
+def test_invalid_yaml_is_refused(tmp_path):
+    config = tmp_path / "broken.yaml"
+    config.write_text("workloads: [cifar10\n")
+    assert_one_line_error(scaling_cli("sweep", config), "not valid YAML")
+
+
+def test_missing_sweep_file_is_refused(tmp_path):
+    assert_one_line_error(scaling_cli("sweep", tmp_path / "none.yaml"), "cannot read sweep file")

@@ -1,0 +1,56 @@
+"""Cells that crash, hang, run out of memory or raise: each is recorded and the sweep goes on."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import leftover_cell_processes, read_records, scaling_cli, write_sweep
+
+
+def run_with_fault(out_dir, fault, devices=2, timeout=120):
+    env = {**os.environ, "SCALING_FAULT": fault}
+    result = scaling_cli(
+        "run", "--workload", "cifar10", "--devices", devices, "--batch-size", 4,
+        "--image-size", 16, "--steps", 5, "--warmup", 1, "--device-type", "cpu",
+        "--timeout", timeout, "--out", out_dir, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    [record] = read_records(out_dir)
+    return record
+
+
+def test_rank_that_dies_mid_run_is_recorded_as_crashed(out_dir):
+    record = run_with_fault(out_dir, "crash@1:3", timeout=120)
+    assert record["status"] == "crashed"
+    assert "ranks [1] died without a report" in record["error"]
+    assert record["images_per_sec"] is None
+    assert record["wall_s"] < 120
+    assert leftover_cell_processes() == []
+
+
+def test_rank_that_hangs_is_killed_at_the_timeout_with_nothing_left_behind(out_dir):
+    record = run_with_fault(out_dir, "hang@1:3", timeout=30)
+    assert record["status"] == "timeout"
+    assert "no result within 30 s" in record["error"]
+    assert 30 <= record["wall_s"] < 30 + 15
+    assert leftover_cell_processes() == []
+
+
+def test_rank_that_raises_is_recorded_as_error_with_its_reason(out_dir):
+    record = run_with_fault(out_dir, "error@0:2")
+    assert record["status"] == "error"
+    assert record["error"] == "rank 0: RuntimeError: injected fault at rank 0, step 2"
+    assert leftover_cell_processes() == []
+
+
+def test_oom_cell_is_recorded_and_sweep_continues(tmp_path, out_dir):
+    config = write_sweep(tmp_path / "oom.yaml", batch_sizes=[1024, 4], image_size=32,
+                         memory_limit="1GiB")
+    result = scaling_cli("sweep", config, "--out", out_dir)
+    assert result.returncode == 0, result.stderr
+    by_batch = {r["batch_size"]: r for r in read_records(out_dir)}
+    assert by_batch[1024]["status"] == "oom"
+    assert "can't allocate memory" in by_batch[1024]["error"]
+    assert by_batch[1024]["memory_limit"] == 2**30
+    assert by_batch[4]["status"] == "ok"
+    assert "OOM" in result.stdout
