@@ -19,7 +19,8 @@ from scaling.sweep import expand, interpreters, load_sweep
 from scaling.units import format_bytes, parse_bytes
 from workloads import WORKLOADS
 
-console = Console()
+# Piped output (a log, a notebook cell) is not cut to 80 columns, so wide tables stay whole.
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 class ScalingGroup(click.Group):

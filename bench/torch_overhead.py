@@ -1,0 +1,89 @@
+"""The harness's PyTorch images/sec against a plain hand-written DDP loop, same configuration.
+
+Runs the two alternately, ``--runs`` times each, and reports the median of each and the ratio
+of medians (harness / plain). The harness should cost nothing measurable: ratio >= 0.97.
+
+    python bench/torch_overhead.py --devices 2 --runs 5 --output bench/results/torch_overhead.json
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from scaling import hardware
+from scaling.cell import make_cell
+from scaling.execute import run_cell
+
+HERE = Path(__file__).resolve().parent
+
+
+def plain_run(args, threads: int, scratch: Path) -> float:
+    out = scratch / "plain.json"
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         "--nproc-per-node", str(args.devices), str(HERE / "plain_ddp.py"), args.workload,
+         str(args.batch_size), str(args.image_size), str(args.steps), str(args.warmup),
+         str(threads), str(out)],
+        check=True, capture_output=True,
+        env={**os.environ, "PYTHONPATH": str(HERE.parent), "OMP_NUM_THREADS": str(threads)},
+    )
+    return json.loads(out.read_text())["images_per_sec"]
+
+
+def harness_run(args, repeat: int, scratch: Path) -> float:
+    cell = make_cell(framework="torch", launcher="torchrun", workload=args.workload,
+                     devices=args.devices, batch_size=args.batch_size,
+                     image_size=args.image_size, steps=args.steps, warmup=args.warmup,
+                     device_type="cpu", repeat=repeat)
+    record = run_cell(cell, scratch / "harness")
+    if record["status"] != "ok":
+        raise SystemExit(f"harness run failed: {record['error']}")
+    return record["images_per_sec"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", default="cifar10")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    threads = max(1, hardware.cpu_cores() // args.devices)
+    harness, plain = [], []
+    with tempfile.TemporaryDirectory() as scratch:
+        for repeat in range(args.runs):
+            plain.append(plain_run(args, threads, Path(scratch)))
+            harness.append(harness_run(args, repeat, Path(scratch)))
+            print(f"run {repeat}: harness {harness[-1]:.1f} img/s, plain {plain[-1]:.1f} img/s",
+                  flush=True)
+    result = {
+        "benchmark": "torch harness vs plain DDP loop",
+        "config": {**vars(args), "output": None, "threads_per_device": threads,
+                   "device_type": "cpu"},
+        "machine": {"cpu_model": hardware.cpu_model(), "cores": hardware.cpu_cores(),
+                    "python": platform.python_version()},
+        "harness_images_per_sec": harness,
+        "plain_images_per_sec": plain,
+        "harness_median": statistics.median(harness),
+        "plain_median": statistics.median(plain),
+        "ratio_of_medians": statistics.median(harness) / statistics.median(plain),
+    }
+    print(f"median harness {result['harness_median']:.1f} img/s, plain "
+          f"{result['plain_median']:.1f} img/s, ratio {result['ratio_of_medians']:.3f}")
+    if args.output:
+        args.output.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Speedup and efficiency from known records (weak scaling against a measured baseline)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from conftest import scaling_cli
+from scaling.report import speedup_vs_linear, with_scaling
+
+
+def record(devices, ips, status="ok", batch=32, repeat=0, workload="resnet50"):
+    return {
+        "cell": f"{workload}-{devices}-{batch}-{repeat}-{status}", "purpose": "sweep",
+        "framework": "torch", "launcher": "torchrun", "workload": workload,
+        "device_type": "gpu", "devices": devices, "nodes": 1, "total_devices": devices,
+        "batch_size": batch, "global_batch_size": batch * devices, "image_size": 224,
+        "repeat": repeat, "options": {}, "status": status,
+        "error": None if status == "ok" else "rank 0: CUDA out of memory",
+        "images_per_sec": ips if status == "ok" else None,
+    }
+
+
+def test_speedup_is_throughput_over_the_one_device_baseline():
+    assert speedup_vs_linear(350.0, 100.0, 4) == (3.5, 0.875)
+    assert speedup_vs_linear(None, 100.0, 4) == (None, None)
+    assert speedup_vs_linear(350.0, None, 4) == (None, None)
+
+
+def test_rows_gain_speedup_and_efficiency_per_curve():
+    rows = with_scaling([
+        record(1, 100.0), record(2, 190.0), record(4, 360.0), record(8, 0, status="oom"),
+        record(1, 50.0, batch=64), record(2, 99.0, batch=64),
+    ])
+    got = {(r["batch_size"], r["devices"]): (r["speedup"], r["efficiency"]) for r in rows}
+    assert got[(32, 1)] == (1.0, 1.0)
+    assert got[(32, 2)] == pytest.approx((1.9, 0.95))
+    assert got[(32, 4)] == pytest.approx((3.6, 0.9))
+    assert got[(32, 8)] == (None, None)
+    assert got[(64, 2)] == pytest.approx((1.98, 0.99))
+
+
+def test_baseline_is_the_median_of_repeats():
+    rows = with_scaling([record(1, 90.0), record(1, 100.0, repeat=1), record(1, 130.0, repeat=2),
+                         record(2, 150.0)])
+    assert rows[-1]["speedup"] == pytest.approx(1.5)
+
+
+def test_missing_baseline_gives_no_speedup_rather_than_zero():
+    rows = with_scaling([record(1, 0, status="oom"), record(2, 190.0)])
+    assert [(r["speedup"], r["efficiency"]) for r in rows] == [(None, None), (None, None)]
+
+
+def test_report_command_writes_csv_and_marks_failures(tmp_path):
+    records = [record(1, 100.0), record(2, 180.0), record(4, 0, status="oom"),
+               record(2, 40.0, workload="alexnet")]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = scaling_cli("report", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "180.0 (1.80x, 90%)" in result.stdout
+    assert "OOM" in result.stdout
+    assert "40.0 (no baseline)" in result.stdout
+    with open(tmp_path / "results.csv") as table:
+        rows = list(csv.DictReader(table))
+    assert [(r["workload"], r["devices"], r["status"], r["speedup"], r["efficiency"])
+            for r in rows] == [
+        ("resnet50", "1", "ok", "1.0", "1.0"),
+        ("resnet50", "2", "ok", "1.8", "0.9"),
+        ("resnet50", "4", "oom", "", ""),
+        ("alexnet", "2", "ok", "", ""),
+    ]
+
+
+def test_report_of_an_empty_folder_is_a_one_line_error(tmp_path):
+    result = scaling_cli("report", tmp_path)
+    assert result.returncode == 2
+    assert "no results in" in result.stderr

@@ -1,0 +1,51 @@
+"""Sweep files expand to cells; each cell has a stable identity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scaling.hardware import cpu_cores
+from scaling.sweep import device_counts, expand, load_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_issue_example_shape_expands_in_baseline_first_order(tmp_path):
+    config = tmp_path / "quick.yaml"
+    config.write_text("""
+name: quickstart
+device_type: cpu
+frameworks:
+  torch: {launchers: [torchrun]}
+workloads: [cifar10, resnet50]
+devices: [2, 1]
+batch_sizes: [16, 32]
+image_size: 64
+steps: 20
+warmup: 5
+repeats: 2
+timeout_s: 600
+""")
+    cells = expand(load_sweep(config))
+    assert len(cells) == 2 * 2 * 2 * 2
+    assert [c.devices for c in cells[:4]] == [1, 1, 2, 2]
+    assert {c.image_size for c in cells} == {64}
+    assert len({c.cell_id for c in cells}) == len(cells)
+
+
+def test_cell_identity_ignores_the_timeout_but_not_the_batch(tmp_path):
+    cell = expand(load_sweep(REPO / "configs" / "quickstart.yaml"))[0]
+    assert cell.with_changes(timeout_s=5).cell_id == cell.cell_id
+    assert cell.with_changes(batch_size=cell.batch_size + 1).cell_id != cell.cell_id
+
+
+def test_all_devices_means_powers_of_two_up_to_every_device():
+    assert device_counts("all", "cpu")[0] == 1
+    assert device_counts("all", "cpu")[-1] == cpu_cores()
+    assert device_counts([4, 1, 2, 2], "cpu") == [1, 2, 4]
+
+
+def test_quickstart_config_is_valid():
+    spec = load_sweep(REPO / "configs" / "quickstart.yaml")
+    assert spec.name == "quickstart"
+    assert expand(spec)
