@@ -62,4 +62,7 @@ def summarize(
         "step_time_p95_s": max(r["step_time_p95_s"] for r in reports),
         "peak_memory_bytes": max(peaks),
         "peak_memory_bytes_per_rank": peaks,
+        "capped_memory_peak_bytes": max(r["capped_memory_peak_bytes"] for r in reports),
+        "memory_capacity_bytes": min((r["memory_capacity_bytes"] for r in reports
+                                      if r["memory_capacity_bytes"] is not None), default=None),
     }

@@ -31,6 +31,18 @@ def _read_reports(cell_dir: Path):
     return reports
 
 
+def memory_cap_env(cell: Cell) -> Dict[str, str]:
+    """Under a CPU memory cap, make the heap's peak repeatable.
+
+    glibc moves its mmap threshold with the allocation history, so the same batch can fit once
+    and fail the next time. A fixed threshold serves every large buffer with its own mapping,
+    returned to the system when freed, so the peak depends on the batch alone.
+    """
+    if cell.memory_limit is None:
+        return {}
+    return {"MALLOC_MMAP_THRESHOLD_": "65536"}
+
+
 def provenance() -> Dict:
     return {
         "host": socket.gethostname(),
@@ -58,11 +70,13 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
                                                     os.environ.get("PYTHONPATH")])),
         **launcher.env(cell),
+        **memory_cap_env(cell),
         **(extra_env or {}),
     }
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    token = uuid.uuid4().hex
     returncode, timed_out, wall_s = run_process_tree(
-        argv, env, uuid.uuid4().hex, str(cell_dir / "launcher.log"), cell.timeout_s,
+        argv, env, token, str(cell_dir / "launcher.log"), cell.timeout_s,
     )
     reports = _read_reports(cell_dir)
     outcome = summarize(reports, cell.total_devices, returncode, timed_out, cell.timeout_s)
@@ -85,6 +99,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         "started_at": started_at,
         "wall_s": round(wall_s, 3),
         "log": str(cell_dir / "launcher.log"),
+        "process_token": token,
     }
 
 

@@ -30,15 +30,26 @@ def rank_reports(record) -> list:
     return [json.loads(p.read_text()) for p in sorted(cell_dir.glob("rank*.json"))]
 
 
-def leftover_cell_processes() -> list:
-    """Processes started for any cell (they carry the cell token) that are still alive."""
+def leftover_cell_processes(record) -> list:
+    """Processes started for the cell of ``record`` (they carry its token) still alive."""
     left = []
     for proc in psutil.process_iter():
         try:
-            if TOKEN_ENV in proc.environ() and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.environ().get(TOKEN_ENV) == record["process_token"] \
+                    and proc.status() != psutil.STATUS_ZOMBIE:
                 left.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
+    return left
+
+
+def processes_mentioning(path) -> list:
+    """Live processes whose command line names ``path`` (every rank gets its cell folder)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and \
+                any(str(path) in arg for arg in proc.info["cmdline"] or []):
+            left.append(proc)
     return left
 
 

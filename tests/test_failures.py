@@ -25,7 +25,7 @@ def test_rank_that_dies_mid_run_is_recorded_as_crashed(out_dir):
     assert "ranks [1] died without a report" in record["error"]
     assert record["images_per_sec"] is None
     assert record["wall_s"] < 120
-    assert leftover_cell_processes() == []
+    assert leftover_cell_processes(record) == []
 
 
 def test_rank_that_hangs_is_killed_at_the_timeout_with_nothing_left_behind(out_dir):
@@ -33,14 +33,14 @@ def test_rank_that_hangs_is_killed_at_the_timeout_with_nothing_left_behind(out_d
     assert record["status"] == "timeout"
     assert "no result within 30 s" in record["error"]
     assert 30 <= record["wall_s"] < 30 + 15
-    assert leftover_cell_processes() == []
+    assert leftover_cell_processes(record) == []
 
 
 def test_rank_that_raises_is_recorded_as_error_with_its_reason(out_dir):
     record = run_with_fault(out_dir, "error@0:2")
     assert record["status"] == "error"
     assert record["error"] == "rank 0: RuntimeError: injected fault at rank 0, step 2"
-    assert leftover_cell_processes() == []
+    assert leftover_cell_processes(record) == []
 
 
 def test_oom_cell_is_recorded_and_sweep_continues(tmp_path, out_dir):

@@ -8,7 +8,7 @@ import sys
 import time
 from collections import Counter
 
-from conftest import leftover_cell_processes, read_records, scaling_cli, write_sweep
+from conftest import processes_mentioning, read_records, scaling_cli, write_sweep
 from scaling.store import ResultStore
 from scaling.sweep import expand, load_sweep
 
@@ -34,8 +34,8 @@ def test_sigkilled_sweep_resumes_without_lost_or_repeated_cells(tmp_path, out_di
     sweep.wait()
     interrupted = len(read_records(out_dir))
     assert 2 <= interrupted < 6
-    time.sleep(1)
-    assert leftover_cell_processes() == []
+    time.sleep(2)
+    assert processes_mentioning(out_dir) == []
 
     refused = scaling_cli("sweep", config, "--out", out_dir)
     assert refused.returncode == 2

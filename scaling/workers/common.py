@@ -108,6 +108,27 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _proc_status_bytes(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def cpu_memory_headroom() -> Dict[str, Optional[int]]:
+    """The capped quantity's estimated peak and the cap, for predicting where OOM starts.
+
+    The cap applies to the data segment (VmData), which has no peak counter; the peak RSS does.
+    Their difference (untouched heap minus file-backed pages) hardly changes during training, so
+    peak RSS plus the difference at the end estimates the data segment's peak.
+    """
+    cap = resource.getrlimit(resource.RLIMIT_DATA)[0]
+    data_peak = peak_rss_bytes() + _proc_status_bytes("VmData") - _proc_status_bytes("VmRSS")
+    return {"capped_memory_peak_bytes": data_peak,
+            "memory_capacity_bytes": None if cap == resource.RLIM_INFINITY else cap}
+
+
 def write_report(cell_dir: str, rank: int, report: Dict) -> None:
     """Write ``rank{N}.json`` atomically: a temporary file, fsync, then rename."""
     path = os.path.join(cell_dir, f"rank{rank}.json")

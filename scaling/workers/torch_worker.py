@@ -40,6 +40,15 @@ class TorchDevice:
             return self.torch.cuda.max_memory_allocated(self.device)
         return common.peak_rss_bytes()
 
+    def memory_headroom(self) -> dict:
+        """Peak of the memory that OOM is decided on, and how much of it the rank could have."""
+        if not self.is_gpu:
+            return common.cpu_memory_headroom()
+        free, _ = self.torch.cuda.mem_get_info(self.device)
+        reserved = self.torch.cuda.memory_reserved(self.device)
+        return {"capped_memory_peak_bytes": self.torch.cuda.max_memory_reserved(self.device),
+                "memory_capacity_bytes": free + reserved}
+
     def describe(self) -> str:
         if self.is_gpu:
             return self.torch.cuda.get_device_name(self.device)
@@ -131,6 +140,7 @@ def train(cell: dict, report: dict, rank: int, local_rank: int, world_size: int)
         start=start, end=end, images=batch * cell["steps"],
         step_time_median_s=times["median"], step_time_p95_s=times["p95"],
         peak_memory_bytes=device.peak_memory_bytes(), world_size=world_size,
+        **device.memory_headroom(),
     )
     dist.destroy_process_group()
 
