@@ -9,11 +9,14 @@ from rich.console import Console
 from rich.table import Table
 
 from scaling import __version__, hardware
-from scaling.cell import DEVICE_TYPES, make_cell
+from scaling.batchsearch import STRATEGIES
+from scaling.cell import DEVICE_TYPES, make_cell, resolve_device_type
 from scaling.errors import ScalingError
 from scaling.launchers import LAUNCHERS, frameworks
+from scaling.maxbatch import (TrialRunner, check_search_bounds, find_max_batches, trial_factory,
+                              write_maxbatch_csv)
 from scaling.report import report, scaling_tables
-from scaling.runner import pending_cells, run_cells
+from scaling.runner import check_resumable, pending_cells, run_cells, search_max_batches
 from scaling.store import ResultStore
 from scaling.sweep import expand, interpreters, load_sweep
 from scaling.units import format_bytes, parse_bytes
@@ -116,6 +119,86 @@ def run(out_dir, python, memory_limit, **fields):
     _print_record(records[0])
 
 
+def _device_list(text: str):
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ScalingError(f"--devices takes a comma-separated list such as 1,2,4,8, got {text!r}")
+    if not counts or min(counts) <= 0:
+        raise ScalingError(f"--devices must list positive counts, got {text!r}")
+    return counts
+
+
+def print_max_batches(results) -> None:
+    table = Table(title="Largest per-device batch that fits")
+    for header in ("framework", "launcher", "workload", "devices", "max batch", "smallest OOM",
+                   "safe batch", "images/sec", "peak memory", "trials", "seconds", "status"):
+        table.add_column(header, justify="right")
+    for r in results:
+        table.add_row(
+            r.framework, r.launcher, r.workload, str(r.devices), str(r.max_batch or "-"),
+            str(r.min_oom_batch or "-"), str(r.safe_batch or "-"),
+            f"{r.images_per_sec:,.1f}" if r.images_per_sec else "-",
+            format_bytes(r.peak_memory_bytes), str(r.trials), f"{r.seconds:.0f}",
+            r.status if r.error is None else f"{r.status}: {r.error}",
+        )
+    console.print(table)
+
+
+@cli.command()
+@click.option("--framework", type=click.Choice(frameworks()), default="torch", show_default=True)
+@click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun",
+              show_default=True)
+@click.option("--workload", required=True, help=f"One of: {', '.join(sorted(WORKLOADS))}.")
+@click.option("--devices", "device_list", default="1", show_default=True,
+              help="Device counts to search, e.g. 1,2,4,8.")
+@click.option("--min", "minimum", type=int, help="Starting batch [default: --multiple-of].")
+@click.option("--max", "maximum", type=int, help="Largest batch worth trying.")
+@click.option("--multiple-of", type=int, default=1, show_default=True,
+              help="Granularity: every batch tried is a multiple of it.")
+@click.option("--headroom", type=float,
+              help="Also report a safe batch: this fraction of the largest, e.g. 0.9.")
+@click.option("--strategy", type=click.Choice(sorted(STRATEGIES)), default="model",
+              show_default=True,
+              help="model: predict the limit from measured memory; doubling: double, bisect.")
+@click.option("--image-size", type=int, help="Square input side [default: the workload's].")
+@click.option("--steps", type=int, default=3, show_default=True, help="Timed steps per trial.")
+@click.option("--warmup", type=int, default=1, show_default=True)
+@click.option("--device-type", type=click.Choice(DEVICE_TYPES), default="auto",
+              show_default=True)
+@click.option("--threads-per-device", type=int)
+@click.option("--memory-limit", help="Per-worker memory cap for CPU devices, e.g. 2GiB.")
+@click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
+              help="Seconds per trial.")
+@click.option("--python", help="Interpreter for the workers [default: this one].")
+@click.option("--out", "out_dir", default="runs/maxbatch", show_default=True,
+              type=click.Path(file_okay=False))
+def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, memory_limit,
+             python, out_dir, **fields):
+    """Find the largest per-device batch that fits at each device count.
+
+    Each trial is a real cell under the real launcher (forward, backward and optimizer step).
+    The search grows geometrically, then predicts the limit from the measured memory per sample
+    and brackets it to the exact batch at the given granularity; the answer is run once more to
+    confirm it. Trials are recorded in OUT/results.jsonl, so an interrupted search resumes
+    without repeating one. The table is also written to OUT/maxbatch.csv.
+    """
+    counts = _device_list(device_list)
+    cap = parse_bytes(memory_limit) if memory_limit else None
+    fields["device_type"] = resolve_device_type(fields["device_type"])
+    start = check_search_bounds(multiple_of, minimum, maximum, headroom, fields["device_type"],
+                                cap)
+    make_trial = trial_factory(memory_limit=cap, **fields)
+    for count in counts:
+        make_trial(count, start, 0)
+    runner = TrialRunner(out_dir, python, on_trial=lambda r: console.print(
+        f"  trial: {r['devices']} device(s), batch {r['batch_size']}: {r['status']}"))
+    results = find_max_batches(make_trial, counts, multiple_of, start, maximum, runner,
+                               strategy, headroom)
+    print_max_batches(results)
+    console.print(f"wrote {write_maxbatch_csv(results, out_dir)}")
+
+
 def _print_report(out_dir) -> None:
     records = ResultStore(out_dir).records()
     if not records:
@@ -135,8 +218,14 @@ def sweep(config, out_dir, resume):
     """Run every cell of the sweep file CONFIG, then print the scaling report."""
     spec = load_sweep(config)
     out_dir = out_dir or f"runs/{spec.name}"
-    cells = expand(spec)
-    todo = pending_cells(cells, out_dir, resume)
+    check_resumable(out_dir, resume)
+    max_batches = None
+    if spec.needs_max_batch():
+        max_batches, found = search_max_batches(spec, out_dir, console)
+        print_max_batches(found)
+        console.print(f"wrote {write_maxbatch_csv(found, out_dir)}")
+    cells = expand(spec, max_batches)
+    todo = pending_cells(cells, out_dir)
     console.print(f"{spec.name}: {len(cells)} cells, {len(cells) - len(todo)} already recorded, "
                   f"output in {out_dir}")
     run_cells(todo, out_dir, interpreters(spec))

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from scaling.batchsearch import STRATEGIES, Bracket
-from scaling.cell import Cell
+from scaling.cell import Cell, make_cell
+from scaling.errors import ScalingError
 from scaling.execute import run_and_record
 from scaling.store import ResultStore
 
@@ -157,3 +158,31 @@ def write_maxbatch_csv(results: List[MaxBatchResult], out_dir) -> Path:
 def read_maxbatch_csv(out_dir) -> List[Dict]:
     with open(Path(out_dir) / MAXBATCH_FILE, newline="") as table:
         return list(csv.DictReader(table))
+
+
+def trial_factory(**fields) -> Callable[[int, int, int], Cell]:
+    """``make_trial(devices, batch, attempt)`` for trials that share every other cell field."""
+    def make_trial(devices: int, batch: int, attempt: int) -> Cell:
+        return make_cell(devices=devices, batch_size=batch, repeat=attempt, purpose="maxbatch",
+                         **fields)
+
+    return make_trial
+
+
+def check_search_bounds(multiple_of: int, minimum: Optional[int], maximum: Optional[int],
+                        headroom: Optional[float], device_type: str,
+                        memory_limit: Optional[int]) -> int:
+    """Validate the search's bounds and return the starting batch."""
+    if multiple_of <= 0:
+        raise ScalingError(f"--multiple-of must be positive, got {multiple_of}")
+    start = minimum if minimum is not None else multiple_of
+    if start <= 0 or start % multiple_of:
+        raise ScalingError(f"--min must be a positive multiple of {multiple_of}, got {start}")
+    if maximum is not None and maximum < start:
+        raise ScalingError(f"--max {maximum} is below --min {start}")
+    if headroom is not None and not 0 < headroom <= 1:
+        raise ScalingError(f"--headroom must be in (0, 1], got {headroom}")
+    if device_type == "cpu" and memory_limit is None:
+        raise ScalingError("on CPU devices the search needs --memory-limit: the cap stands in "
+                           "for device memory")
+    return start

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
@@ -31,11 +32,28 @@ class FrameworkSection:
 
 
 @dataclass
+class MaxBatchSection:
+    """How ``batch_sizes: [max]`` is found before the sweep runs (see ``scaling maxbatch``)."""
+
+    min: Optional[int] = None
+    max: Optional[int] = None
+    multiple_of: int = 1
+    headroom: Optional[float] = None
+    strategy: str = "model"
+    steps: int = 3
+    warmup: int = 1
+
+
+SYMBOLIC_BATCH = re.compile(r"max(?:\*(0?\.[0-9]+|1(?:\.0*)?))?")
+"""``max`` or ``max*F`` (0 < F <= 1): the largest batch that fits, or that fraction of it."""
+
+
+@dataclass
 class SweepConfig:
     frameworks: Dict[str, FrameworkSection]
     workloads: List[str]
-    batch_sizes: List[int]
-    """Per-device batch sizes."""
+    batch_sizes: List[Union[int, str]]
+    """Per-device batch sizes; ``max`` or ``max*0.9`` use the largest batch that fits."""
     devices: Union[List[int], str] = "all"
     """Devices per node, or ``all``: 1, 2, 4, ... up to every device of the machine."""
     name: str = "sweep"
@@ -51,6 +69,11 @@ class SweepConfig:
     threads_per_device: Optional[int] = None
     memory_limit: Optional[str] = None
     """Per-worker memory cap for CPU devices, such as ``3GiB``."""
+    maxbatch: Optional[MaxBatchSection] = None
+    """Settings of the max-batch search behind symbolic batch sizes."""
+
+    def needs_max_batch(self) -> bool:
+        return any(isinstance(batch, str) for batch in self.batch_sizes)
 
 
 def _check_keys(data: Dict, cls, where: str) -> None:
@@ -98,6 +121,18 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
     values = {**data, "frameworks": sections}
     for key in ("workloads", "batch_sizes"):
         values[key] = _as_list(data[key], key, where)
+    for batch in values["batch_sizes"]:
+        if isinstance(batch, str) and not SYMBOLIC_BATCH.fullmatch(batch):
+            raise ScalingError(f"{where}: batch size {batch!r} is neither a number nor max or "
+                               "max*F with 0 < F <= 1")
+    section = data.get("maxbatch")
+    if section is not None:
+        if not isinstance(section, dict):
+            raise ScalingError(f"{where}: maxbatch must be a mapping")
+        _check_keys(section, MaxBatchSection, f"{where}: maxbatch")
+        values["maxbatch"] = MaxBatchSection(**section)
+    elif any(isinstance(batch, str) for batch in values["batch_sizes"]):
+        values["maxbatch"] = MaxBatchSection()
     if data.get("devices", "all") != "all":
         values["devices"] = _as_list(data["devices"], "devices", where)
     return SweepConfig(**values)
@@ -132,7 +167,23 @@ def device_counts(devices: Union[List[int], str], device_type: str) -> List[int]
     return sorted(counts)
 
 
-def expand(config: SweepConfig) -> List[Cell]:
+def resolve_batch(batch: Union[int, str], max_batch: Optional[int], multiple_of: int
+                  ) -> Optional[int]:
+    """A numeric batch as is; ``max*F`` as F times the found maximum, rounded down to the
+    granularity; None when no batch fitted."""
+    if not isinstance(batch, str):
+        return batch
+    if max_batch is None:
+        return None
+    fraction = float(SYMBOLIC_BATCH.fullmatch(batch).group(1) or 1)
+    return max(multiple_of, int(max_batch * fraction) // multiple_of * multiple_of)
+
+
+def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]] = None
+           ) -> List[Cell]:
+    """The sweep's cells. ``max_batches`` maps (framework, launcher, workload, devices) to the
+    largest batch that fits, for symbolic batch sizes; a combination where none fitted has no
+    cell."""
     device_type = resolve_device_type(config.device_type)
     if isinstance(config.repeats, bool) or not isinstance(config.repeats, int) \
             or config.repeats <= 0:
@@ -144,7 +195,12 @@ def expand(config: SweepConfig) -> List[Cell]:
             section.launchers, config.workloads, config.batch_sizes,
             device_counts(config.devices, device_type), range(config.repeats),
         )
-        for launcher, workload, batch_size, devices, repeat in combos:
+        for launcher, workload, batch, devices, repeat in combos:
+            batch_size = resolve_batch(
+                batch, (max_batches or {}).get((framework, launcher, workload, devices)),
+                config.maxbatch.multiple_of if config.maxbatch else 1)
+            if batch_size is None:
+                continue
             cells.append(make_cell(
                 framework=framework, launcher=launcher, workload=workload, devices=devices,
                 batch_size=batch_size, image_size=config.image_size, steps=config.steps,
