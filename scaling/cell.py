@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 from scaling import hardware
 from scaling.errors import ScalingError
-from scaling.launchers import get_launcher
+from scaling.launchers import check_options, get_launcher
 from workloads import UnknownWorkload, get_workload
 
 DEVICE_TYPES = ("auto", "gpu", "cpu")
@@ -115,6 +115,7 @@ def make_cell(
         raise ScalingError(
             f"launcher {launcher!r} runs {launcher_spec.framework}, not {framework!r}"
         )
+    check_options(launcher_spec, dict(options or {}))
     if framework not in spec.builders:
         raise ScalingError(f"workload {workload!r} has no {framework} model")
     for name, value in (("devices", devices), ("batch size", batch_size), ("steps", steps),

@@ -79,7 +79,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         argv, env, token, str(cell_dir / "launcher.log"), cell.timeout_s,
     )
     reports = _read_reports(cell_dir)
-    outcome = summarize(reports, cell.total_devices, returncode, timed_out, cell.timeout_s)
+    outcome = summarize(reports, launcher.processes(cell), returncode, timed_out, cell.timeout_s)
     first = min(reports, key=lambda r: r["rank"]) if reports else {}
     return {
         "cell": cell.cell_id,

@@ -115,7 +115,8 @@ def search_devices(make_trial: Callable[[int, int, int], Cell], devices: int, st
 def find_max_batches(make_trial: Callable[[int, int, int], Cell], device_counts: List[int],
                      multiple_of: int, minimum: int, maximum: Optional[int],
                      run_trial: TrialRunner, strategy: str = "model",
-                     headroom: Optional[float] = None) -> List[MaxBatchResult]:
+                     headroom: Optional[float] = None,
+                     confirm: bool = True) -> List[MaxBatchResult]:
     """Search each device count in increasing order.
 
     On GPUs the limit at N devices is at most the limit at fewer (communication buffers take
@@ -132,7 +133,7 @@ def find_max_batches(make_trial: Callable[[int, int, int], Cell], device_counts:
             if previous.lo is not None:
                 state.start = previous.lo
             state.slope_hint = previous.slope()
-        found = search_devices(make_trial, devices, state, run_trial, strategy)
+        found = search_devices(make_trial, devices, state, run_trial, strategy, confirm)
         if headroom is not None and found.max_batch is not None:
             found.safe_batch = state.floor(found.max_batch * headroom)
         results.append(found)

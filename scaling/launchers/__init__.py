@@ -10,9 +10,14 @@ from scaling.errors import ScalingError
 class Launcher(Protocol):
     name: str
     framework: str
+    options: Dict[str, type]
+    """Framework options this launcher's workers understand, with their types."""
 
     def command(self, cell, cell_dir: str, python: str) -> List[str]:
         """The argv that starts every rank of ``cell`` on this node."""
+
+    def processes(self, cell) -> int:
+        """How many processes report results: one per rank."""
 
     def env(self, cell) -> Dict[str, str]:
         """Environment variables added for this cell's processes."""
@@ -47,4 +52,14 @@ def thread_env(threads: int) -> Dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-from scaling.launchers import torchrun  # noqa: E402,F401  (registers the launcher)
+def check_options(launcher: Launcher, options: Dict) -> None:
+    for key, value in options.items():
+        if key not in launcher.options:
+            valid = ", ".join(sorted(launcher.options)) or "none"
+            raise ScalingError(f"unknown option {key!r} for {launcher.name}; valid options: {valid}")
+        if not isinstance(value, launcher.options[key]):
+            raise ScalingError(f"option {key} takes a {launcher.options[key].__name__}, "
+                               f"got {value!r}")
+
+
+from scaling.launchers import tensorflow, torchrun  # noqa: E402,F401  (register launchers)

@@ -11,6 +11,7 @@ from scaling.launchers import register_launcher, thread_env
 class Torchrun:
     name = "torchrun"
     framework = "torch"
+    options: Dict[str, type] = {}
 
     def command(self, cell, cell_dir: str, python: str) -> List[str]:
         if cell.rendezvous is None:
@@ -26,6 +27,9 @@ class Torchrun:
             *rendezvous,
             "-m", "scaling.workers.torch_worker", cell_dir,
         ]
+
+    def processes(self, cell) -> int:
+        return cell.total_devices
 
     def env(self, cell) -> Dict[str, str]:
         return thread_env(cell.threads_per_device)

@@ -1,0 +1,179 @@
+"""One TensorFlow process: ``python -m scaling.workers.tf_worker CELL_DIR``.
+
+Under ``tf-mirrored`` it drives N devices with MirroredStrategy; under ``tf-multiworker`` it is
+one worker of a MultiWorkerMirroredStrategy cluster described by TF_CONFIG. The step is a
+``tf.function`` run through ``strategy.run``; warm-up covers tracing and compilation. Every step
+is timed after its loss is materialized on the host. Each process reports its own images and
+its start and end wall times, as PyTorch ranks do.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from scaling.workers import common
+
+
+def configure_devices(tf, cell: dict, local_devices: int):
+    """Create the logical devices (before TensorFlow initialises) and return their names."""
+    tf.config.threading.set_intra_op_parallelism_threads(
+        cell["threads_per_device"] * local_devices)
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, local_devices))
+    if cell["device_type"] == "gpu":
+        gpus = tf.config.list_physical_devices("GPU")[:local_devices]
+        tf.config.set_visible_devices(gpus, "GPU")
+        return [f"/gpu:{index}" for index in range(len(gpus))]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(local_devices)])
+    return [f"/cpu:{index}" for index in range(local_devices)]
+
+
+def make_strategy(tf, cell: dict, devices):
+    if cell["launcher"] == "tf-mirrored":
+        reduce_ops = (tf.distribute.NcclAllReduce() if cell["device_type"] == "gpu"
+                      else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
+        return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=reduce_ops)
+    implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL
+                      if cell["device_type"] == "gpu"
+                      else tf.distribute.experimental.CommunicationImplementation.RING)
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(
+            implementation=implementation))
+
+
+def cap_cpu_allocator(cell: dict, local_devices: int) -> None:
+    """The CPU memory cap for TensorFlow, set before it is imported.
+
+    Under an RLIMIT, TensorFlow aborts on std::bad_alloc instead of raising. Its oneDNN CPU
+    allocator takes a limit of its own, and over-allocation then raises ResourceExhaustedError,
+    as on a GPU. The process's logical devices share it, so it is the cap times their number.
+    """
+    if cell["memory_limit"]:
+        os.environ["TF_MKL_ALLOC_MAX_BYTES"] = str(cell["memory_limit"] * local_devices)
+
+
+def memory_report(tf, cell: dict, devices) -> dict:
+    if cell["device_type"] != "gpu":
+        cap = int(os.environ["TF_MKL_ALLOC_MAX_BYTES"]) if cell["memory_limit"] else None
+        return {"peak_memory_bytes": common.peak_rss_bytes(),
+                "capped_memory_peak_bytes": tf.config.experimental.get_memory_info("CPU:0")["peak"],
+                "memory_capacity_bytes": cap}
+    from scaling.hardware import query_gpus
+
+    peaks = [tf.config.experimental.get_memory_info(name.lstrip("/").upper())["peak"]
+             for name in devices]
+    totals = [int(gpu["memory_total_mib"]) * 2**20 for gpu in query_gpus()[:len(devices)]]
+    return {"peak_memory_bytes": max(peaks), "capped_memory_peak_bytes": max(peaks),
+            "memory_capacity_bytes": min(totals) if totals else None}
+
+
+def local_device_count(cell: dict) -> int:
+    multiworker = cell["launcher"] == "tf-multiworker"
+    return 1 if multiworker and cell["device_type"] == "cpu" else cell["devices"]
+
+
+def train(cell: dict, report: dict, rank: int) -> None:
+    local_devices = local_device_count(cell)
+    cap_cpu_allocator(cell, local_devices)
+    import tensorflow as tf
+
+    options = cell["options"]
+    devices = configure_devices(tf, cell, local_devices)
+    strategy = make_strategy(tf, cell, devices)
+
+    import keras
+
+    from workloads import get_workload
+
+    if options.get("mixed_precision"):
+        keras.mixed_precision.set_global_policy("mixed_float16")
+    workload = get_workload(cell["workload"])
+    size, batch = cell["image_size"], cell["batch_size"]
+    global_batch = batch * strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = workload.builder("tensorflow")(size, workload.classes)
+        optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+        if options.get("mixed_precision"):
+            optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+    report.update(
+        params=sum(int(tf.size(v)) for v in model.trainable_variables),
+        versions={"tensorflow": tf.__version__, "keras": keras.__version__,
+                  **{k: v for k, v in tf.sysconfig.get_build_info().items()
+                     if k in ("cuda_version", "cudnn_version")}},
+        device_name=devices[0] if cell["device_type"] == "cpu"
+        else tf.config.experimental.get_device_details(
+            tf.config.list_physical_devices("GPU")[0]).get("device_name", "gpu"),
+        layout="NHWC", local_devices=local_devices,
+        replicas=strategy.num_replicas_in_sync,
+        threads="one intra-op pool of threads_per_device x local devices, shared by the "
+                "process's logical devices",
+    )
+
+    def synthetic(context):
+        images = tf.random.uniform([batch, size, size, 3])
+        labels = tf.random.uniform([batch], maxval=workload.classes, dtype=tf.int32)
+        return images, labels
+
+    images, labels = strategy.experimental_distribute_values_from_function(synthetic)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(x, training=True), tf.float32)
+            loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=global_batch)
+            scaled = optimizer.scale_loss(loss) if options.get("mixed_precision") else loss
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    replica_step = tf.function(replica_step, jit_compile=bool(options.get("xla")))
+
+    @tf.function
+    def step():
+        losses = strategy.run(replica_step, args=(images, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    @tf.function
+    def barrier():
+        ones = strategy.run(lambda: tf.ones([]))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)
+
+    faults = common.FaultInjector(rank)
+    for index in range(cell["warmup"]):
+        faults.at_step(index)
+        step().numpy()
+    barrier().numpy()
+    step_times = []
+    start = time.time()
+    mark = time.perf_counter()
+    for index in range(cell["steps"]):
+        faults.at_step(cell["warmup"] + index)
+        step().numpy()
+        now = time.perf_counter()
+        step_times.append(now - mark)
+        mark = now
+    end = time.time()
+    barrier().numpy()
+    times = common.step_time_summary(step_times)
+    report.update(
+        start=start, end=end, images=batch * local_devices * cell["steps"],
+        step_time_median_s=times["median"], step_time_p95_s=times["p95"],
+        xla=bool(options.get("xla")), mixed_precision=bool(options.get("mixed_precision")),
+        **memory_report(tf, cell, devices),
+    )
+
+
+def main() -> None:
+    cell_dir = sys.argv[1]
+    common.die_with_parent()
+    cell = common.load_cell(cell_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    with common.reporting(cell_dir, rank) as report:
+        train(cell, report, rank)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Keras (TensorFlow backend) definitions of the registry's workloads, NHWC, random weights.
+
+ResNet-50 and Inception-v3 come from keras.applications. AlexNet, GoogLeNet and the CIFAR-10
+network are written with Keras layers to match the PyTorch definitions layer for layer.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from keras import layers
+
+
+def resnet50(image_size: int, classes: int) -> keras.Model:
+    return keras.applications.ResNet50(weights=None, input_shape=(image_size, image_size, 3),
+                                       classes=classes, classifier_activation=None)
+
+
+def inception_v3(image_size: int, classes: int) -> keras.Model:
+    return keras.applications.InceptionV3(weights=None, input_shape=(image_size, image_size, 3),
+                                          classes=classes, classifier_activation=None)
+
+
+def _adaptive_average_pool(x, side: int):
+    """torch's AdaptiveAvgPool2d(side): nothing at the nominal size, area resizing otherwise."""
+    if x.shape[1] == side and x.shape[2] == side:
+        return x
+    return layers.Resizing(side, side, interpolation="area")(x)
+
+
+def alexnet(image_size: int, classes: int) -> keras.Model:
+    """torchvision's AlexNet: padding written out so every feature map has torch's size."""
+    inputs = keras.Input((image_size, image_size, 3))
+    x = layers.ZeroPadding2D(2)(inputs)
+    x = layers.Conv2D(64, 11, strides=4, activation="relu")(x)
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = layers.Conv2D(192, 5, padding="same", activation="relu")(x)
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = layers.Conv2D(384, 3, padding="same", activation="relu")(x)
+    x = layers.Conv2D(256, 3, padding="same", activation="relu")(x)
+    x = layers.Conv2D(256, 3, padding="same", activation="relu")(x)
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = _adaptive_average_pool(x, 6)
+    x = layers.Flatten()(x)
+    x = layers.Dropout(0.5)(x)
+    x = layers.Dense(4096, activation="relu")(x)
+    x = layers.Dropout(0.5)(x)
+    x = layers.Dense(4096, activation="relu")(x)
+    outputs = layers.Dense(classes)(x)
+    return keras.Model(inputs, outputs, name="alexnet")
+
+
+def _conv_bn(x, filters: int, kernel: int, strides: int = 1):
+    """torchvision's BasicConv2d: convolution without bias, batch norm (eps 0.001), ReLU."""
+    x = layers.Conv2D(filters, kernel, strides=strides, padding="same", use_bias=False)(x)
+    x = layers.BatchNormalization(epsilon=0.001)(x)
+    return layers.ReLU()(x)
+
+
+def _inception(x, ch1x1, ch3x3red, ch3x3, ch5x5red, ch5x5, pool_proj):
+    """GoogLeNet's inception block; the "5x5" branch uses a 3x3 kernel, as torchvision does."""
+    branch1 = _conv_bn(x, ch1x1, 1)
+    branch2 = _conv_bn(_conv_bn(x, ch3x3red, 1), ch3x3, 3)
+    branch3 = _conv_bn(_conv_bn(x, ch5x5red, 1), ch5x5, 3)
+    branch4 = _conv_bn(layers.MaxPooling2D(3, strides=1, padding="same")(x), pool_proj, 1)
+    return layers.Concatenate()([branch1, branch2, branch3, branch4])
+
+
+def googlenet(image_size: int, classes: int) -> keras.Model:
+    """torchvision's GoogLeNet without auxiliary heads; SAME pooling gives torch's ceil_mode
+    sizes at even inputs."""
+    inputs = keras.Input((image_size, image_size, 3))
+    x = _conv_bn(inputs, 64, 7, strides=2)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = _conv_bn(x, 64, 1)
+    x = _conv_bn(x, 192, 3)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = _inception(x, 64, 96, 128, 16, 32, 32)
+    x = _inception(x, 128, 128, 192, 32, 96, 64)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = _inception(x, 192, 96, 208, 16, 48, 64)
+    x = _inception(x, 160, 112, 224, 24, 64, 64)
+    x = _inception(x, 128, 128, 256, 24, 64, 64)
+    x = _inception(x, 112, 144, 288, 32, 64, 64)
+    x = _inception(x, 256, 160, 320, 32, 128, 128)
+    x = layers.MaxPooling2D(2, strides=2, padding="same")(x)
+    x = _inception(x, 256, 160, 320, 32, 128, 128)
+    x = _inception(x, 384, 192, 384, 48, 128, 128)
+    x = layers.GlobalAveragePooling2D()(x)
+    x = layers.Dropout(0.2)(x)
+    outputs = layers.Dense(classes)(x)
+    return keras.Model(inputs, outputs, name="googlenet")
+
+
+class LocalResponseNorm(layers.Layer):
+    """The tutorial's LRN: depth_radius 4, bias 1, alpha 0.001/9, beta 0.75."""
+
+    def call(self, x):
+        return tf.nn.local_response_normalization(x, depth_radius=4, bias=1.0,
+                                                  alpha=0.001 / 9.0, beta=0.75)
+
+
+def cifar10(image_size: int, classes: int) -> keras.Model:
+    """The TensorFlow CIFAR-10 tutorial network."""
+    inputs = keras.Input((image_size, image_size, 3))
+    x = layers.Conv2D(64, 5, padding="same", activation="relu")(inputs)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = LocalResponseNorm()(x)
+    x = layers.Conv2D(64, 5, padding="same", activation="relu")(x)
+    x = LocalResponseNorm()(x)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = layers.Flatten()(x)
+    x = layers.Dense(384, activation="relu")(x)
+    x = layers.Dense(192, activation="relu")(x)
+    outputs = layers.Dense(classes)(x)
+    return keras.Model(inputs, outputs, name="cifar10")
