@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= torch,plot,test
+EXTRAS ?= torch,tensorflow,plot,test
 
 .PHONY: quickstart test env
 

@@ -16,7 +16,7 @@ from scaling.units import parse_bytes
 CASES = [
     # workload, image size, memory caps
     ("cifar10", 32, ["1.25GiB", "1.5GiB"]),
-    ("resnet50", 32, ["1.25GiB", "1.5GiB"]),
+    ("resnet50", 32, ["1.75GiB", "2.25GiB"]),
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -70,6 +71,20 @@ def devices():
     console.print(table)
 
 
+def parse_options(pairs) -> dict:
+    """``("xla=true", "mixed_precision=false")`` -> {"xla": True, "mixed_precision": False}."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ScalingError(f"--option takes KEY=VALUE, got {pair!r}")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
+OPTION_HELP = "Framework option KEY=VALUE, repeatable (TensorFlow: xla, mixed_precision)."
+
+
 def _print_record(record) -> None:
     if record["status"] == "ok":
         console.print(
@@ -103,12 +118,14 @@ def _print_record(record) -> None:
               help="Seconds before the cell's processes are killed.")
 @click.option("--repeat", type=int, default=0, show_default=True,
               help="Repeat index; a cell already recorded runs again only under a new index.")
+@click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP)
 @click.option("--python", help="Interpreter for the workers [default: this one].")
 @click.option("--out", "out_dir", default="runs/run", show_default=True,
               type=click.Path(file_okay=False))
-def run(out_dir, python, memory_limit, **fields):
+def run(out_dir, python, memory_limit, option_pairs, **fields):
     """Run one cell and append its result to OUT/results.jsonl."""
-    cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None, **fields)
+    cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
+                     options=parse_options(option_pairs), **fields)
     recorded = ResultStore(out_dir).done().get(cell.cell_id)
     if recorded is not None:
         console.print(f"cell {cell.cell_id} is already recorded in {out_dir}; "
@@ -170,11 +187,12 @@ def print_max_batches(results) -> None:
 @click.option("--memory-limit", help="Per-worker memory cap for CPU devices, e.g. 2GiB.")
 @click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
               help="Seconds per trial.")
+@click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP)
 @click.option("--python", help="Interpreter for the workers [default: this one].")
 @click.option("--out", "out_dir", default="runs/maxbatch", show_default=True,
               type=click.Path(file_okay=False))
 def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, memory_limit,
-             python, out_dir, **fields):
+             option_pairs, python, out_dir, **fields):
     """Find the largest per-device batch that fits at each device count.
 
     Each trial is a real cell under the real launcher (forward, backward and optimizer step).
@@ -188,7 +206,7 @@ def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, mem
     fields["device_type"] = resolve_device_type(fields["device_type"])
     start = check_search_bounds(multiple_of, minimum, maximum, headroom, fields["device_type"],
                                 cap)
-    make_trial = trial_factory(memory_limit=cap, **fields)
+    make_trial = trial_factory(memory_limit=cap, options=parse_options(option_pairs), **fields)
     for count in counts:
         make_trial(count, start, 0)
     runner = TrialRunner(out_dir, python, on_trial=lambda r: console.print(

@@ -36,6 +36,13 @@ def test_other_errors_are_not_oom():
     assert (status, reason) == ("error", "ValueError: shapes (2,3) and (4,5) not aligned")
 
 
+def test_a_header_line_gives_way_to_the_error_it_introduces():
+    error = RuntimeError("in user code:\n\n    File \"x.py\", line 3\n\n"
+                         "    LookupError: gradient registry has no entry for: ResizeArea")
+    assert classify_failure(error) == (
+        "error", "RuntimeError: LookupError: gradient registry has no entry for: ResizeArea")
+
+
 def test_fault_switch_is_parsed_or_refused():
     assert parse_fault("crash@1:3") == ("crash", 1, 3)
     assert parse_fault(None) is None

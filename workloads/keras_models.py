@@ -21,11 +21,25 @@ def inception_v3(image_size: int, classes: int) -> keras.Model:
                                           classes=classes, classifier_activation=None)
 
 
-def _adaptive_average_pool(x, side: int):
-    """torch's AdaptiveAvgPool2d(side): nothing at the nominal size, area resizing otherwise."""
-    if x.shape[1] == side and x.shape[2] == side:
-        return x
-    return layers.Resizing(side, side, interpolation="area")(x)
+class AdaptiveAveragePooling(layers.Layer):
+    """torch's AdaptiveAvgPool2d(side): output cell i averages input rows
+    floor(i * n / side) to ceil((i + 1) * n / side), and likewise for columns."""
+
+    def __init__(self, side: int, **kwargs):
+        super().__init__(**kwargs)
+        self.side = side
+
+    def _pool(self, x, axis: int):
+        n = x.shape[axis]
+        cells = []
+        for i in range(self.side):
+            begin, end = (i * n) // self.side, -((-(i + 1) * n) // self.side)
+            window = tf.gather(x, list(range(begin, end)), axis=axis)
+            cells.append(tf.reduce_mean(window, axis=axis, keepdims=True))
+        return tf.concat(cells, axis=axis)
+
+    def call(self, x):
+        return self._pool(self._pool(x, 1), 2)
 
 
 def alexnet(image_size: int, classes: int) -> keras.Model:
@@ -40,7 +54,8 @@ def alexnet(image_size: int, classes: int) -> keras.Model:
     x = layers.Conv2D(256, 3, padding="same", activation="relu")(x)
     x = layers.Conv2D(256, 3, padding="same", activation="relu")(x)
     x = layers.MaxPooling2D(3, strides=2)(x)
-    x = _adaptive_average_pool(x, 6)
+    if x.shape[1] != 6 or x.shape[2] != 6:
+        x = AdaptiveAveragePooling(6)(x)
     x = layers.Flatten()(x)
     x = layers.Dropout(0.5)(x)
     x = layers.Dense(4096, activation="relu")(x)

@@ -90,7 +90,10 @@ def classify_failure(error: BaseException):
     """(status, one-line reason): ``oom`` for allocator failures, ``error`` for anything else."""
     name = type(error).__name__
     text = str(error).strip()
-    first_line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first_line = lines[0] if lines else ""
+    if first_line.endswith(":") and len(lines) > 1:
+        first_line = lines[-1]  # a header such as TensorFlow's "in user code:"
     oom_line = next((line.strip() for line in text.splitlines() if _OOM_PATTERNS.search(line)),
                     None)
     is_oom = name in _OOM_TYPES or oom_line is not None

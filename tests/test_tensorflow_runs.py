@@ -1,0 +1,149 @@
+"""Real TensorFlow runs under tf.distribute on logical CPU devices and worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import leftover_cell_processes, rank_reports, read_records, scaling_cli, write_sweep
+from workloads import WORKLOADS
+
+LAUNCHERS = ["tf-mirrored", "tf-multiworker"]
+
+
+def run_tf(out_dir, launcher, workload="cifar10", devices=1, batch=8, size=32, steps=3,
+           extra=(), env=None, timeout=300):
+    result = scaling_cli(
+        "run", "--framework", "tensorflow", "--launcher", launcher, "--workload", workload,
+        "--devices", devices, "--batch-size", batch, "--image-size", size, "--steps", steps,
+        "--warmup", 2, "--device-type", "cpu", "--timeout", timeout, "--out", out_dir, *extra,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    return read_records(out_dir)[-1]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("devices", [1, 2])
+def test_cifar10_under_each_launcher(out_dir, launcher, devices):
+    record = run_tf(out_dir, launcher, devices=devices, steps=4)
+    assert record["status"] == "ok", record["error"]
+    assert record["global_batch_size"] == 8 * devices
+    assert record["layout"] == "NHWC"
+    assert record["params"] == 1_756_426
+    assert record["versions"]["tensorflow"]
+    reports = rank_reports(record)
+    assert len(reports) == (1 if launcher == "tf-mirrored" else devices)
+    assert sum(r["replicas"] for r in reports[:1]) == devices
+    window = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+    assert record["images_per_sec"] == pytest.approx(8 * 4 * devices / window)
+
+
+@pytest.mark.parametrize("workload, size", [
+    ("alexnet", 63), ("googlenet", 32), ("resnet50", 32), ("inception_v3", 75),
+])
+def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size):
+    record = run_tf(out_dir, "tf-mirrored", workload=workload, batch=2, size=size, steps=2)
+    assert record["status"] == "ok", record["error"]
+    assert record["image_size"] == size
+
+
+def trainable_parameters(framework: str) -> dict:
+    """Each workload's trainable parameter count at its nominal size, in a fresh process
+    (PyTorch and TensorFlow do not share one)."""
+    script = f"""
+import json
+from workloads import WORKLOADS
+counts = {{}}
+for w in WORKLOADS.values():
+    model = w.builder({framework!r})(w.input_size, w.classes)
+    if {framework!r} == "torch":
+        counts[w.name] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    else:
+        counts[w.name] = int(sum(v.numpy().size for v in model.trainable_variables))
+print(json.dumps(counts))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_keras_workloads_match_pytorch_parameter_counts_within_one_percent():
+    torch_counts, keras_counts = trainable_parameters("torch"), trainable_parameters("tensorflow")
+    assert set(keras_counts) == set(WORKLOADS)
+    for name, count in torch_counts.items():
+        assert abs(keras_counts[name] - count) / count < 0.01, name
+    assert keras_counts["alexnet"] == torch_counts["alexnet"] == 61_100_840
+    assert keras_counts["googlenet"] == torch_counts["googlenet"]
+    assert keras_counts["cifar10"] == torch_counts["cifar10"]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_allocation_over_the_memory_cap_is_oom(out_dir, launcher):
+    record = run_tf(out_dir, launcher, devices=2, batch=2048, steps=1,
+                    extra=("--memory-limit", "1GiB"))
+    assert record["status"] == "oom"
+    assert "ResourceExhaustedError" in record["error"]
+    assert "OOM when allocating tensor" in record["error"]
+
+
+def test_killed_multiworker_rank_is_recorded_without_leftovers(out_dir):
+    env = {**os.environ, "SCALING_FAULT": "crash@1:3"}
+    record = run_tf(out_dir, "tf-multiworker", devices=2, steps=6, env=env, timeout=90)
+    assert record["status"] in ("crashed", "timeout")
+    assert record["wall_s"] < 90 + 15
+    assert leftover_cell_processes(record) == []
+
+
+@pytest.mark.parametrize("option", ["xla", "mixed_precision"])
+def test_xla_and_mixed_precision_are_recorded(out_dir, option):
+    record = run_tf(out_dir, "tf-mirrored", steps=2, extra=("--option", f"{option}=true"))
+    assert record["status"] == "ok", record["error"]
+    assert record["options"] == {option: True}
+    [report] = rank_reports(record)
+    assert (report["xla"], report["mixed_precision"]) == (option == "xla",
+                                                          option == "mixed_precision")
+
+
+def test_unknown_option_is_refused(out_dir):
+    result = scaling_cli("run", "--framework", "tensorflow", "--launcher", "tf-mirrored",
+                         "--workload", "cifar10", "--batch-size", 2, "--option", "fast=true",
+                         "--out", out_dir)
+    assert result.returncode == 2
+    assert "unknown option 'fast' for tf-mirrored; valid options: mixed_precision, xla" \
+        in result.stderr
+
+
+def test_mixed_sweep_reports_torch_and_tensorflow_side_by_side(tmp_path, out_dir):
+    config = write_sweep(tmp_path / "mixed.yaml", frameworks={
+        "torch": {"launchers": ["torchrun"]},
+        "tensorflow": {"launchers": ["tf-mirrored"]},
+    }, devices=[1, 2], image_size=32)
+    result = scaling_cli("sweep", config, "--out", out_dir)
+    assert result.returncode == 0, result.stderr
+    records = read_records(out_dir)
+    assert {(r["framework"], r["devices"]) for r in records} == {
+        ("torch", 1), ("torch", 2), ("tensorflow", 1), ("tensorflow", 2)}
+    assert all(r["status"] == "ok" for r in records)
+    table_rows = [line for line in result.stdout.splitlines() if "│" in line]
+    assert any("torch" in line and "torchrun" in line for line in table_rows)
+    assert any("tensorflow" in line and "tf-mirrored" in line for line in table_rows)
+
+
+def test_keras_adaptive_pooling_averages_torch_windows():
+    script = """
+import numpy as np
+from workloads.keras_models import AdaptiveAveragePooling
+x = np.arange(2 * 5 * 7, dtype="float32").reshape(1, 5, 7, 2)
+out = AdaptiveAveragePooling(6)(x).numpy()
+print(out.shape, float(out[0, 0, 0, 0]), float(out[0, 5, 5, 1]))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    # Row 0 covers input rows 0..0, column 0 covers input columns 0..1: mean of x[0,0,0:2,0].
+    # Row 5 covers rows 4..4, column 5 covers columns 5..6: mean of x[0,4,5:7,1].
+    assert out.stdout.strip().splitlines()[-1] == "(1, 6, 6, 2) 1.0 64.0"
