@@ -6,16 +6,26 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXTRAS ?= torch,tensorflow,plot,test
 
-.PHONY: quickstart test env
+# MXNet 1.9.1 needs numpy<1.24, so it has its own environment; its workers run there.
+MXNET_VENV ?= .venv-mxnet
 
-quickstart: $(VENV)/.installed
+.PHONY: quickstart test env mxnet-env
+
+quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/scaling devices
 	$(BIN)/scaling sweep configs/quickstart.yaml --out runs/quickstart --resume
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/python -m pytest -v
 
 env: $(VENV)/.installed
+
+mxnet-env: $(MXNET_VENV)/.installed
+
+$(MXNET_VENV)/.installed:
+	$(PYTHON) -m venv $(MXNET_VENV)
+	$(MXNET_VENV)/bin/python -m pip install --quiet 'mxnet==1.9.1' 'numpy<1.24'
+	touch $@
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -62,12 +62,16 @@ def devices():
     else:
         console.print("GPUs: none found (nvidia-smi absent or reports no device)")
     console.print(f"CPU: {hardware.cpu_model()}, {hardware.cpu_cores()} cores")
-    versions = hardware.installed_versions(sys.executable) or {}
-    table = Table(title="Frameworks", caption=f"as seen by {sys.executable}")
-    table.add_column("package")
-    table.add_column("version")
-    for package, version in versions.items():
-        table.add_row(package, version)
+    table = Table(title="Frameworks")
+    for header in ("interpreter", "package", "version"):
+        table.add_column(header)
+    pythons = dict.fromkeys(launcher.default_python() for launcher in LAUNCHERS.values())
+    for python in pythons:
+        versions = hardware.installed_versions(python)
+        if versions is None:
+            table.add_row(python, "-", "not found")
+        for package, version in (versions or {}).items():
+            table.add_row(python, package, version)
     console.print(table)
 
 
@@ -98,7 +102,8 @@ def _print_record(record) -> None:
 
 
 @cli.command()
-@click.option("--framework", type=click.Choice(frameworks()), default="torch", show_default=True)
+@click.option("--framework", type=click.Choice(frameworks()), default="torch", show_default=True,
+              help="The launcher's framework.")
 @click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun",
               show_default=True)
 @click.option("--workload", required=True, help=f"One of: {', '.join(sorted(WORKLOADS))}.")
@@ -163,7 +168,8 @@ def print_max_batches(results) -> None:
 
 
 @cli.command()
-@click.option("--framework", type=click.Choice(frameworks()), default="torch", show_default=True)
+@click.option("--framework", type=click.Choice(frameworks()), default="torch", show_default=True,
+              help="The launcher's framework.")
 @click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun",
               show_default=True)
 @click.option("--workload", required=True, help=f"One of: {', '.join(sorted(WORKLOADS))}.")

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 import uuid
 from pathlib import Path
 from typing import Dict, Optional
@@ -16,7 +15,7 @@ import scaling
 from scaling import hardware
 from scaling.aggregate import summarize
 from scaling.cell import Cell
-from scaling.launchers import get_launcher
+from scaling.launchers import get_launcher, missing_framework
 from scaling.processes import run_process_tree
 from scaling.store import ResultStore
 
@@ -64,7 +63,13 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     cell_dir.mkdir(parents=True)
     (cell_dir / "cell.json").write_text(json.dumps(cell.to_dict(), indent=2))
     launcher = get_launcher(cell.launcher)
-    argv = launcher.command(cell, str(cell_dir), python or sys.executable)
+    python = python or launcher.default_python()
+    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    missing = missing_framework(cell.launcher, python)
+    if missing is not None:
+        return _record(cell, cell_dir, {"status": "error", "error": missing}, [], started_at,
+                       0.0, token=None)
+    argv = launcher.command(cell, str(cell_dir), python)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
@@ -73,13 +78,17 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         **memory_cap_env(cell),
         **(extra_env or {}),
     }
-    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     token = uuid.uuid4().hex
     returncode, timed_out, wall_s = run_process_tree(
         argv, env, token, str(cell_dir / "launcher.log"), cell.timeout_s,
     )
     reports = _read_reports(cell_dir)
     outcome = summarize(reports, launcher.processes(cell), returncode, timed_out, cell.timeout_s)
+    return _record(cell, cell_dir, outcome, reports, started_at, wall_s, token)
+
+
+def _record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: str, wall_s: float,
+            token: Optional[str]) -> Dict:
     first = min(reports, key=lambda r: r["rank"]) if reports else {}
     return {
         "cell": cell.cell_id,

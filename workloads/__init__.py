@@ -63,31 +63,37 @@ def get_workload(name: str) -> Workload:
 register(Workload(
     name="alexnet", input_size=224, classes=1000, min_image_size=63,
     builders={"torch": "workloads.torch_models:alexnet",
-              "tensorflow": "workloads.keras_models:alexnet"},
+              "tensorflow": "workloads.keras_models:alexnet",
+              "mxnet": "workloads.gluon_models:alexnet"},
     notes="torchvision's single-tower AlexNet (61.1 M parameters).",
 ))
 register(Workload(
     name="googlenet", input_size=224, classes=1000, min_image_size=32,
     builders={"torch": "workloads.torch_models:googlenet",
-              "tensorflow": "workloads.keras_models:googlenet"},
+              "tensorflow": "workloads.keras_models:googlenet",
+              "mxnet": "workloads.gluon_models:googlenet"},
     notes="GoogLeNet (Inception v1) with batch norm, as torchvision builds it; no auxiliary heads.",
 ))
 register(Workload(
     name="resnet50", input_size=224, classes=1000, min_image_size=32,
     builders={"torch": "workloads.torch_models:resnet50",
-              "tensorflow": "workloads.keras_models:resnet50"},
-    notes="keras.applications' convolutions carry biases: +0.1% parameters over torchvision.",
+              "tensorflow": "workloads.keras_models:resnet50",
+              "mxnet": "workloads.gluon_models:resnet50"},
+    notes=("keras.applications' convolutions carry biases: +0.1% parameters over torchvision; "
+           "gluon's resnet50_v1 has +0.07%."),
 ))
 register(Workload(
     name="inception_v3", input_size=299, classes=1000, min_image_size=75,
     builders={"torch": "workloads.torch_models:inception_v3",
-              "tensorflow": "workloads.keras_models:inception_v3"},
+              "tensorflow": "workloads.keras_models:inception_v3",
+              "mxnet": "workloads.gluon_models:inception_v3"},
     notes="No auxiliary head. keras.applications' version has 0.07% fewer parameters.",
 ))
 register(Workload(
     name="cifar10", input_size=32, classes=10, min_image_size=8,
     builders={"torch": "workloads.torch_models:cifar10",
-              "tensorflow": "workloads.keras_models:cifar10"},
+              "tensorflow": "workloads.keras_models:cifar10",
+              "mxnet": "workloads.gluon_models:cifar10"},
     notes=(
         "The TensorFlow CIFAR-10 tutorial network: conv5x5-64, max-pool, LRN, conv5x5-64, LRN, "
         "max-pool, fc-384, fc-192, fc-10 (1.76 M parameters at 32x32)."

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from scaling.launchers import register_launcher, thread_env
+from scaling.launchers import Launcher, register_launcher, thread_env
 
-TF_OPTIONS: Dict[str, type] = {"xla": bool, "mixed_precision": bool}
+TF_OPTIONS: Dict[str, object] = {"xla": bool, "mixed_precision": bool}
 """``xla``: compile the step with jit_compile; ``mixed_precision``: Keras mixed_float16."""
 
 _QUIET = {"TF_CPP_MIN_LOG_LEVEL": "1", "KERAS_BACKEND": "tensorflow"}
@@ -23,9 +23,11 @@ def _worker(python: str, cell_dir: str) -> List[str]:
 
 
 @register_launcher
-class TfMirrored:
+class TfMirrored(Launcher):
     name = "tf-mirrored"
     framework = "tensorflow"
+    module = "tensorflow"
+    install_hint = "install it with: pip install -e '.[tensorflow]'"
     options = TF_OPTIONS
 
     def command(self, cell, cell_dir: str, python: str) -> List[str]:
@@ -39,10 +41,8 @@ class TfMirrored:
 
 
 @register_launcher
-class TfMultiWorker:
+class TfMultiWorker(TfMirrored):
     name = "tf-multiworker"
-    framework = "tensorflow"
-    options = TF_OPTIONS
 
     def workers_per_node(self, cell) -> int:
         return 1 if cell.device_type == "gpu" else cell.devices

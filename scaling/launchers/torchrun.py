@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import List
 
-from scaling.launchers import register_launcher, thread_env
+from scaling.launchers import Launcher, register_launcher
 
 
 @register_launcher
-class Torchrun:
+class Torchrun(Launcher):
     name = "torchrun"
     framework = "torch"
-    options: Dict[str, type] = {}
+    module = "torch"
+    install_hint = "install it with: pip install -e '.[torch]'"
 
     def command(self, cell, cell_dir: str, python: str) -> List[str]:
         if cell.rendezvous is None:
@@ -27,9 +28,3 @@ class Torchrun:
             *rendezvous,
             "-m", "scaling.workers.torch_worker", cell_dir,
         ]
-
-    def processes(self, cell) -> int:
-        return cell.total_devices
-
-    def env(self, cell) -> Dict[str, str]:
-        return thread_env(cell.threads_per_device)

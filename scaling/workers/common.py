@@ -97,7 +97,8 @@ def classify_failure(error: BaseException):
     oom_line = next((line.strip() for line in text.splitlines() if _OOM_PATTERNS.search(line)),
                     None)
     is_oom = name in _OOM_TYPES or oom_line is not None
-    reason = f"{name}: {oom_line or first_line}"[:300]
+    line = oom_line or first_line
+    reason = (line if line.startswith(f"{name}:") else f"{name}: {line}")[:300]
     return ("oom" if is_oom else "error"), reason
 
 

@@ -1,9 +1,11 @@
-"""The harness's PyTorch images/sec against a plain hand-written DDP loop, same configuration.
+"""The harness's images/sec against a plain hand-written loop on the same configuration.
 
-Runs the two alternately, ``--runs`` times each, and reports the median of each and the ratio
-of medians (harness / plain). The harness should cost nothing measurable: ratio >= 0.97.
+``--framework torch``: harness torchrun cell against ``plain_ddp.py`` (DDP under torchrun).
+``--framework tensorflow``: harness tf-mirrored cell against ``plain_keras.py`` (Keras with
+MirroredStrategy). Runs the two alternately, ``--runs`` times each, and reports the median of
+each and the ratio of medians (harness / plain). Target: ratio >= 0.97.
 
-    python bench/torch_overhead.py --devices 2 --runs 5 --output bench/results/torch_overhead.json
+    python bench/overhead.py --framework torch --output bench/results/torch_overhead.json
 """
 
 import argparse
@@ -23,21 +25,29 @@ from scaling.execute import run_cell
 HERE = Path(__file__).resolve().parent
 
 
+PLAIN = {"torch": "torchrun", "tensorflow": "tf-mirrored"}
+
+
 def plain_run(args, threads: int, scratch: Path) -> float:
     out = scratch / "plain.json"
-    subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone",
-         "--nproc-per-node", str(args.devices), str(HERE / "plain_ddp.py"), args.workload,
-         str(args.batch_size), str(args.image_size), str(args.steps), str(args.warmup),
-         str(threads), str(out)],
-        check=True, capture_output=True,
-        env={**os.environ, "PYTHONPATH": str(HERE.parent), "OMP_NUM_THREADS": str(threads)},
-    )
+    shape = [str(args.batch_size), str(args.image_size), str(args.steps), str(args.warmup),
+             str(threads), str(out)]
+    if args.framework == "torch":
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(args.devices), str(HERE / "plain_ddp.py"),
+                args.workload, *shape]
+    else:
+        argv = [sys.executable, str(HERE / "plain_keras.py"), args.workload, str(args.devices),
+                *shape]
+    subprocess.run(argv, check=True, capture_output=True, env={
+        **os.environ, "PYTHONPATH": str(HERE.parent), "OMP_NUM_THREADS": str(threads),
+        "TF_CPP_MIN_LOG_LEVEL": "1"})
     return json.loads(out.read_text())["images_per_sec"]
 
 
 def harness_run(args, repeat: int, scratch: Path) -> float:
-    cell = make_cell(framework="torch", launcher="torchrun", workload=args.workload,
+    cell = make_cell(framework=args.framework, launcher=PLAIN[args.framework],
+                     workload=args.workload,
                      devices=args.devices, batch_size=args.batch_size,
                      image_size=args.image_size, steps=args.steps, warmup=args.warmup,
                      device_type="cpu", repeat=repeat)
@@ -50,6 +60,7 @@ def harness_run(args, repeat: int, scratch: Path) -> float:
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--framework", choices=sorted(PLAIN), default="torch")
     parser.add_argument("--workload", default="cifar10")
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -68,7 +79,7 @@ def main():
             print(f"run {repeat}: harness {harness[-1]:.1f} img/s, plain {plain[-1]:.1f} img/s",
                   flush=True)
     result = {
-        "benchmark": "torch harness vs plain DDP loop",
+        "benchmark": f"{args.framework} harness ({PLAIN[args.framework]}) vs plain loop",
         "config": {**vars(args), "output": None, "threads_per_device": threads,
                    "device_type": "cpu"},
         "machine": {"cpu_model": hardware.cpu_model(), "cores": hardware.cpu_cores(),

@@ -1,0 +1,120 @@
+"""Real MXNet runs in its own virtualenv: Gluon networks over N contexts with a kvstore."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import rank_reports, read_records, scaling_cli, write_sweep
+from scaling.launchers import get_launcher
+from test_tensorflow_runs import trainable_parameters
+from workloads import WORKLOADS
+
+MXNET_PYTHON = get_launcher("mxnet-kvstore").default_python()
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not Path(MXNET_PYTHON).exists(),
+                                reason=f"no MXNet environment at {MXNET_PYTHON} (make mxnet-env)")
+
+
+def run_mx(out_dir, workload="cifar10", devices=1, batch=8, size=32, steps=3, extra=()):
+    result = scaling_cli(
+        "run", "--framework", "mxnet", "--launcher", "mxnet-kvstore", "--workload", workload,
+        "--devices", devices, "--batch-size", batch, "--image-size", size, "--steps", steps,
+        "--warmup", 2, "--device-type", "cpu", "--timeout", 300, "--out", out_dir, *extra,
+    )
+    assert result.returncode == 0, result.stderr
+    return read_records(out_dir)[-1]
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_cifar10_over_cpu_contexts(out_dir, devices):
+    record = run_mx(out_dir, devices=devices, steps=4)
+    assert record["status"] == "ok", record["error"]
+    assert record["params"] == 1_756_426
+    assert record["versions"]["mxnet"] == "1.9.1"
+    [report] = rank_reports(record)
+    assert report["contexts"] == devices
+    assert report["kvstore"] == "local" and report["hybridized"]
+    assert record["images_per_sec"] == pytest.approx(8 * devices * 4 / (report["end"] - report["start"]))
+
+
+@pytest.mark.parametrize("workload, size", [
+    ("alexnet", 63), ("googlenet", 32), ("resnet50", 32), ("inception_v3", 75),
+])
+def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size):
+    record = run_mx(out_dir, workload=workload, batch=2, size=size, steps=2)
+    assert record["status"] == "ok", record["error"]
+
+
+def test_gluon_workloads_match_pytorch_parameter_counts_within_one_percent():
+    script = """
+import json
+from workloads import WORKLOADS
+counts = {}
+for w in WORKLOADS.values():
+    net = w.builder("mxnet")(w.input_size, w.classes)
+    net.initialize()
+    import mxnet as mx
+    net(mx.nd.zeros((1, 3, w.input_size, w.input_size)))
+    counts[w.name] = int(sum(p.data().size for p in net.collect_params().values()
+                             if p.grad_req != "null"))
+print(json.dumps(counts))
+"""
+    out = subprocess.run([MXNET_PYTHON, "-c", script], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    gluon = json.loads(out.stdout.strip().splitlines()[-1])
+    torch_counts = trainable_parameters("torch")
+    assert set(gluon) == set(WORKLOADS)
+    for name, count in torch_counts.items():
+        assert abs(gluon[name] - count) / count < 0.01, name
+    for name in ("alexnet", "googlenet", "inception_v3", "cifar10"):
+        assert gluon[name] == torch_counts[name], name
+
+
+def test_allocation_over_the_memory_cap_is_oom(out_dir):
+    record = run_mx(out_dir, devices=2, batch=4096, steps=1, extra=("--memory-limit", "1GiB"))
+    assert record["status"] == "oom"
+    assert "MXNetError" in record["error"] and "allocate" in record["error"]
+
+
+def test_kvstore_choice_is_recorded_and_checked(out_dir):
+    record = run_mx(out_dir, devices=2, steps=2, extra=("--option", "kvstore=device"))
+    assert record["status"] == "ok", record["error"]
+    assert rank_reports(record)[0]["kvstore"] == "device"
+    refused = scaling_cli("run", "--framework", "mxnet", "--launcher", "mxnet-kvstore",
+                          "--workload", "cifar10", "--batch-size", 2, "--option", "kvstore=mpi")
+    assert refused.returncode == 2
+    assert "option kvstore takes one of device, nccl, local; got 'mpi'" in refused.stderr
+
+
+def test_mixed_sweep_reports_torch_and_mxnet_rows(tmp_path, out_dir):
+    config = write_sweep(tmp_path / "mixed.yaml", frameworks={
+        "torch": {"launchers": ["torchrun"]},
+        "mxnet": {"launchers": ["mxnet-kvstore"], "python": MXNET_PYTHON},
+    }, devices=[1, 2], image_size=32)
+    result = scaling_cli("sweep", config, "--out", out_dir)
+    assert result.returncode == 0, result.stderr
+    records = read_records(out_dir)
+    assert {(r["framework"], r["devices"], r["status"]) for r in records} == {
+        ("torch", 1, "ok"), ("torch", 2, "ok"), ("mxnet", 1, "ok"), ("mxnet", 2, "ok")}
+    table_rows = [line for line in result.stdout.splitlines() if "│" in line]
+    assert any("mxnet" in line and "mxnet-kvstore" in line for line in table_rows)
+    assert any("torch" in line and "torchrun" in line for line in table_rows)
+
+
+def test_missing_mxnet_environment_fails_fast_while_other_cells_run(tmp_path, out_dir):
+    config = write_sweep(tmp_path / "missing.yaml", frameworks={
+        "mxnet": {"launchers": ["mxnet-kvstore"], "python": str(tmp_path / "no-venv/bin/python")},
+        "torch": {"launchers": ["torchrun"]},
+    })
+    result = scaling_cli("sweep", config, "--out", out_dir)
+    assert result.returncode == 0, result.stderr
+    by_framework = {r["framework"]: r for r in read_records(out_dir)}
+    assert by_framework["torch"]["status"] == "ok"
+    mxnet = by_framework["mxnet"]
+    assert mxnet["status"] == "error" and mxnet["wall_s"] == 0
+    assert "make mxnet-env" in mxnet["error"] and "\n" not in mxnet["error"]
