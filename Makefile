@@ -14,6 +14,7 @@ MXNET_VENV ?= .venv-mxnet
 quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/scaling devices
 	$(BIN)/scaling sweep configs/quickstart.yaml --out runs/quickstart --resume
+	$(BIN)/scaling report runs/quickstart --plot
 
 test: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/python -m pytest -v

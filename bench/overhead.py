@@ -2,7 +2,8 @@
 
 ``--framework torch``: harness torchrun cell against ``plain_ddp.py`` (DDP under torchrun).
 ``--framework tensorflow``: harness tf-mirrored cell against ``plain_keras.py`` (Keras with
-MirroredStrategy). Runs the two alternately, ``--runs`` times each, and reports the median of
+MirroredStrategy). ``--framework mxnet``: harness mxnet-kvstore cell against ``plain_gluon.py``
+(Gluon over N CPU contexts, kvstore local), both under MXNet's interpreter. Runs the two alternately, ``--runs`` times each, and reports the median of
 each and the ratio of medians (harness / plain). Target: ratio >= 0.97.
 
     python bench/overhead.py --framework torch --output bench/results/torch_overhead.json
@@ -21,11 +22,12 @@ from pathlib import Path
 from scaling import hardware
 from scaling.cell import make_cell
 from scaling.execute import run_cell
+from scaling.launchers import get_launcher
 
 HERE = Path(__file__).resolve().parent
 
 
-PLAIN = {"torch": "torchrun", "tensorflow": "tf-mirrored"}
+PLAIN = {"torch": "torchrun", "tensorflow": "tf-mirrored", "mxnet": "mxnet-kvstore"}
 
 
 def plain_run(args, threads: int, scratch: Path) -> float:
@@ -37,8 +39,11 @@ def plain_run(args, threads: int, scratch: Path) -> float:
                 "--nproc-per-node", str(args.devices), str(HERE / "plain_ddp.py"),
                 args.workload, *shape]
     else:
-        argv = [sys.executable, str(HERE / "plain_keras.py"), args.workload, str(args.devices),
-                *shape]
+        script, python = {
+            "tensorflow": ("plain_keras.py", sys.executable),
+            "mxnet": ("plain_gluon.py", get_launcher("mxnet-kvstore").default_python()),
+        }[args.framework]
+        argv = [python, str(HERE / script), args.workload, str(args.devices), *shape]
     subprocess.run(argv, check=True, capture_output=True, env={
         **os.environ, "PYTHONPATH": str(HERE.parent), "OMP_NUM_THREADS": str(threads),
         "TF_CPP_MIN_LOG_LEVEL": "1"})

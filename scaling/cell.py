@@ -125,6 +125,10 @@ def make_cell(
         raise ScalingError(f"warmup must be a non-negative integer, got {warmup!r}")
     if timeout_s <= 0:
         raise ScalingError(f"timeout must be positive, got {timeout_s!r}")
+    if nodes > 1 and not launcher_spec.multi_node:
+        raise ScalingError(f"{launcher} runs on one node; use --nodes 1")
+    if nodes > 1 and rendezvous is None:
+        raise ScalingError("a run over several nodes needs a rendezvous endpoint (host:port)")
     resolved_type = resolve_device_type(device_type)
     if resolved_type == "gpu" and nodes == 1 and devices > hardware.gpu_count():
         raise ScalingError(

@@ -16,6 +16,7 @@ from scaling.errors import ScalingError
 from scaling.launchers import LAUNCHERS, frameworks
 from scaling.maxbatch import (TrialRunner, check_search_bounds, find_max_batches, trial_factory,
                               write_maxbatch_csv)
+from scaling.plots import plot_scaling
 from scaling.report import report, scaling_tables
 from scaling.runner import check_resumable, pending_cells, run_cells, search_max_batches
 from scaling.store import ResultStore
@@ -231,6 +232,7 @@ def _print_report(out_dir) -> None:
     for table in scaling_tables(rows):
         console.print(table)
     console.print(f"wrote {path}")
+    return rows
 
 
 @cli.command()
@@ -258,10 +260,15 @@ def sweep(config, out_dir, resume):
 
 @cli.command(name="report")
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
-def report_command(out_dir):
+@click.option("--plot", is_flag=True,
+              help="Also draw throughput and speedup against device count as PNG files.")
+def report_command(out_dir, plot):
     """Print the scaling tables of OUT_DIR and write OUT_DIR/results.csv with speedup and
     efficiency (weak scaling: per-device batch fixed, baseline = measured one device)."""
-    _print_report(out_dir)
+    rows = _print_report(out_dir)
+    if plot:
+        for path in plot_scaling(rows, out_dir):
+            console.print(f"wrote {path}")
 
 
 def main() -> None:

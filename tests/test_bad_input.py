@@ -75,3 +75,12 @@ def test_invalid_yaml_is_refused(tmp_path):
 
 def test_missing_sweep_file_is_refused(tmp_path):
     assert_one_line_error(scaling_cli("sweep", tmp_path / "none.yaml"), "cannot read sweep file")
+
+
+def test_several_nodes_need_a_rendezvous_and_a_multi_node_launcher():
+    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", 2, "--nodes", 2)
+    assert_one_line_error(result, "needs a rendezvous endpoint")
+    result = scaling_cli(*RUN, "--framework", "tensorflow", "--launcher", "tf-mirrored",
+                         "--workload", "cifar10", "--batch-size", 2, "--nodes", 2,
+                         "--rendezvous", "node0:29500")
+    assert_one_line_error(result, "tf-mirrored runs on one node")

@@ -107,3 +107,23 @@ def test_sweep_runs_at_the_found_batch_and_a_fraction_of_it(tmp_path, out_dir):
 def test_bad_search_bounds_are_refused(out_dir, args, message):
     result = scaling_cli(*SEARCH, *args, "--out", out_dir)
     assert result.returncode == 2 and message in result.stderr
+
+
+def test_tensorflow_found_batch_runs_and_the_next_size_up_runs_out_of_memory(tmp_path,
+                                                                             out_dir):
+    tf_cell = ("--framework", "tensorflow", "--launcher", "tf-mirrored", "--workload", "cifar10",
+               "--image-size", 32, "--device-type", "cpu", "--memory-limit", "256MiB",
+               "--timeout", 300)
+    result = scaling_cli("maxbatch", *tf_cell, "--multiple-of", 8, "--out", out_dir)
+    assert result.returncode == 0, result.stderr
+    row = read_maxbatch(out_dir)[1]
+    assert row["status"] == "ok"
+    best = int(row["max_batch"])
+    assert int(row["min_oom_batch"]) == best + 8
+
+    check = tmp_path / "check"
+    for batch, status in ((best, "ok"), (best + 8, "oom")):
+        ran = scaling_cli("run", *tf_cell, "--batch-size", batch, "--steps", 3, "--warmup", 1,
+                          "--out", check)
+        assert ran.returncode == 0, ran.stderr
+        assert read_records(check)[-1]["status"] == status

@@ -77,3 +77,16 @@ def test_report_of_an_empty_folder_is_a_one_line_error(tmp_path):
     result = scaling_cli("report", tmp_path)
     assert result.returncode == 2
     assert "no results in" in result.stderr
+
+
+def test_report_plot_draws_one_figure_per_workload(tmp_path):
+    records = [record(1, 100.0), record(2, 180.0), record(4, 330.0),
+               record(1, 40.0, workload="alexnet"), record(2, 0, status="oom",
+                                                            workload="alexnet")]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = scaling_cli("report", tmp_path, "--plot")
+    assert result.returncode == 0, result.stderr
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs == ["scaling-alexnet-224-gpu.png", "scaling-resnet50-224-gpu.png"]
+    for name in pngs:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

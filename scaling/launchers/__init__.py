@@ -20,6 +20,8 @@ class Launcher:
     install_hint: str
     options: Dict[str, object] = {}
     """Framework options this launcher's workers understand: a type, or a tuple of values."""
+    multi_node: bool = False
+    """Whether ranks can span nodes through a rendezvous endpoint."""
 
     def command(self, cell, cell_dir: str, python: str) -> List[str]:
         """The argv that starts every rank of ``cell`` on this node."""

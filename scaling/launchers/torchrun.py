@@ -13,6 +13,7 @@ class Torchrun(Launcher):
     framework = "torch"
     module = "torch"
     install_hint = "install it with: pip install -e '.[torch]'"
+    multi_node = True
 
     def command(self, cell, cell_dir: str, python: str) -> List[str]:
         if cell.rendezvous is None:
