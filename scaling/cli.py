@@ -87,7 +87,8 @@ def parse_options(pairs) -> dict:
     return options
 
 
-OPTION_HELP = "Framework option KEY=VALUE, repeatable (TensorFlow: xla, mixed_precision)."
+OPTION_HELP = ("Framework option KEY=VALUE, repeatable (TensorFlow: xla, mixed_precision; "
+               "MXNet: kvstore).")
 
 
 def _print_record(record) -> None:
@@ -102,32 +103,52 @@ def _print_record(record) -> None:
         console.print(f"{record['status']}: {record['error']}")
 
 
+def cell_options(steps: int, warmup: int, out: str, what: str):
+    """The options that ``run`` and ``maxbatch`` share: everything that defines a cell but its
+    device count and batch size."""
+    options = [
+        click.option("--framework", type=click.Choice(frameworks()), default="torch",
+                     show_default=True, help="The launcher's framework."),
+        click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun",
+                     show_default=True),
+        click.option("--workload", required=True,
+                     help=f"One of: {', '.join(sorted(WORKLOADS))}."),
+        click.option("--image-size", type=int,
+                     help="Square input side [default: the workload's]."),
+        click.option("--steps", type=int, default=steps, show_default=True,
+                     help=f"Timed steps per {what}."),
+        click.option("--warmup", type=int, default=warmup, show_default=True,
+                     help="Untimed steps first."),
+        click.option("--device-type", type=click.Choice(DEVICE_TYPES), default="auto",
+                     show_default=True, help="auto: GPUs if there are any, else CPU workers."),
+        click.option("--threads-per-device", type=int,
+                     help="CPU threads per worker [default: cores // devices, at least 1]."),
+        click.option("--memory-limit", help="Memory cap per CPU device, e.g. 3GiB."),
+        click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
+                     help=f"Seconds before a {what}'s processes are killed."),
+        click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE",
+                     help=OPTION_HELP),
+        click.option("--python", help="Interpreter for the workers [default: the launcher's]."),
+        click.option("--out", "out_dir", default=out, show_default=True,
+                     type=click.Path(file_okay=False)),
+    ]
+
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 @cli.command()
-@click.option("--framework", type=click.Choice(frameworks()), default="torch", show_default=True,
-              help="The launcher's framework.")
-@click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun",
-              show_default=True)
-@click.option("--workload", required=True, help=f"One of: {', '.join(sorted(WORKLOADS))}.")
+@cell_options(steps=20, warmup=5, out="runs/run", what="cell")
 @click.option("--devices", type=int, default=1, show_default=True, help="Devices per node.")
 @click.option("--nodes", type=int, default=1, show_default=True)
 @click.option("--rendezvous", help="host:port of the rendezvous when --nodes > 1.")
 @click.option("--batch-size", type=int, required=True, help="Per-device batch size.")
-@click.option("--image-size", type=int, help="Square input side [default: the workload's].")
-@click.option("--steps", type=int, default=20, show_default=True, help="Timed steps.")
-@click.option("--warmup", type=int, default=5, show_default=True, help="Untimed steps first.")
-@click.option("--device-type", type=click.Choice(DEVICE_TYPES), default="auto",
-              show_default=True, help="auto: GPUs if there are any, else CPU workers.")
-@click.option("--threads-per-device", type=int,
-              help="CPU threads per worker [default: cores // devices, at least 1].")
-@click.option("--memory-limit", help="Per-worker memory cap for CPU devices, e.g. 3GiB.")
-@click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
-              help="Seconds before the cell's processes are killed.")
 @click.option("--repeat", type=int, default=0, show_default=True,
               help="Repeat index; a cell already recorded runs again only under a new index.")
-@click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP)
-@click.option("--python", help="Interpreter for the workers [default: this one].")
-@click.option("--out", "out_dir", default="runs/run", show_default=True,
-              type=click.Path(file_okay=False))
 def run(out_dir, python, memory_limit, option_pairs, **fields):
     """Run one cell and append its result to OUT/results.jsonl."""
     cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
@@ -169,11 +190,7 @@ def print_max_batches(results) -> None:
 
 
 @cli.command()
-@click.option("--framework", type=click.Choice(frameworks()), default="torch", show_default=True,
-              help="The launcher's framework.")
-@click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun",
-              show_default=True)
-@click.option("--workload", required=True, help=f"One of: {', '.join(sorted(WORKLOADS))}.")
+@cell_options(steps=3, warmup=1, out="runs/maxbatch", what="trial")
 @click.option("--devices", "device_list", default="1", show_default=True,
               help="Device counts to search, e.g. 1,2,4,8.")
 @click.option("--min", "minimum", type=int, help="Starting batch [default: --multiple-of].")
@@ -185,19 +202,6 @@ def print_max_batches(results) -> None:
 @click.option("--strategy", type=click.Choice(sorted(STRATEGIES)), default="model",
               show_default=True,
               help="model: predict the limit from measured memory; doubling: double, bisect.")
-@click.option("--image-size", type=int, help="Square input side [default: the workload's].")
-@click.option("--steps", type=int, default=3, show_default=True, help="Timed steps per trial.")
-@click.option("--warmup", type=int, default=1, show_default=True)
-@click.option("--device-type", type=click.Choice(DEVICE_TYPES), default="auto",
-              show_default=True)
-@click.option("--threads-per-device", type=int)
-@click.option("--memory-limit", help="Per-worker memory cap for CPU devices, e.g. 2GiB.")
-@click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
-              help="Seconds per trial.")
-@click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE", help=OPTION_HELP)
-@click.option("--python", help="Interpreter for the workers [default: this one].")
-@click.option("--out", "out_dir", default="runs/maxbatch", show_default=True,
-              type=click.Path(file_okay=False))
 def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, memory_limit,
              option_pairs, python, out_dir, **fields):
     """Find the largest per-device batch that fits at each device count.

@@ -1,7 +1,7 @@
 """The workload registry: one entry per model, with a builder per framework.
 
-Builders are named as ``"module:function"`` strings so that this registry can be
-imported by the harness without importing any framework. Auxiliary classifier
+Each framework's builders live in one module (``MODULES``), as functions named after the
+workloads, so that this registry can be imported without importing any framework. Auxiliary classifier
 heads (GoogLeNet, Inception-v3) are off in every framework: the published
 throughput tables measure the main network only.
 """
@@ -9,12 +9,20 @@ throughput tables measure the main network only.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict
 
 
 class UnknownWorkload(ValueError):
     """A workload or framework name that the registry does not know."""
+
+
+MODULES = {
+    "torch": "workloads.torch_models",
+    "tensorflow": "workloads.keras_models",
+    "mxnet": "workloads.gluon_models",
+}
+"""Each framework's module of workload builders, one function per workload name."""
 
 
 @dataclass(frozen=True)
@@ -27,18 +35,21 @@ class Workload:
     classes: int
     min_image_size: int
     """The smallest input side the network accepts in every framework."""
-    builders: Dict[str, str] = field(default_factory=dict)
-    """Framework name -> ``"module:function"``; the function takes (image_size, classes)."""
     notes: str = ""
+    """Differences between the frameworks' definitions, where there are any."""
+
+    @property
+    def builders(self) -> Dict[str, str]:
+        """Framework name -> ``"module:function"``; the function takes (image_size, classes)."""
+        return {framework: f"{module}:{self.name}" for framework, module in MODULES.items()}
 
     def builder(self, framework: str) -> Callable:
-        if framework not in self.builders:
+        if framework not in MODULES:
             raise UnknownWorkload(
                 f"workload {self.name!r} has no {framework!r} model; "
-                f"it has: {', '.join(sorted(self.builders))}"
+                f"it has: {', '.join(sorted(MODULES))}"
             )
-        module, function = self.builders[framework].split(":")
-        return getattr(importlib.import_module(module), function)
+        return getattr(importlib.import_module(MODULES[framework]), self.name)
 
 
 WORKLOADS: Dict[str, Workload] = {}
@@ -62,38 +73,23 @@ def get_workload(name: str) -> Workload:
 
 register(Workload(
     name="alexnet", input_size=224, classes=1000, min_image_size=63,
-    builders={"torch": "workloads.torch_models:alexnet",
-              "tensorflow": "workloads.keras_models:alexnet",
-              "mxnet": "workloads.gluon_models:alexnet"},
     notes="torchvision's single-tower AlexNet (61.1 M parameters).",
 ))
 register(Workload(
     name="googlenet", input_size=224, classes=1000, min_image_size=32,
-    builders={"torch": "workloads.torch_models:googlenet",
-              "tensorflow": "workloads.keras_models:googlenet",
-              "mxnet": "workloads.gluon_models:googlenet"},
     notes="GoogLeNet (Inception v1) with batch norm, as torchvision builds it; no auxiliary heads.",
 ))
 register(Workload(
     name="resnet50", input_size=224, classes=1000, min_image_size=32,
-    builders={"torch": "workloads.torch_models:resnet50",
-              "tensorflow": "workloads.keras_models:resnet50",
-              "mxnet": "workloads.gluon_models:resnet50"},
     notes=("keras.applications' convolutions carry biases: +0.1% parameters over torchvision; "
            "gluon's resnet50_v1 has +0.07%."),
 ))
 register(Workload(
     name="inception_v3", input_size=299, classes=1000, min_image_size=75,
-    builders={"torch": "workloads.torch_models:inception_v3",
-              "tensorflow": "workloads.keras_models:inception_v3",
-              "mxnet": "workloads.gluon_models:inception_v3"},
     notes="No auxiliary head. keras.applications' version has 0.07% fewer parameters.",
 ))
 register(Workload(
     name="cifar10", input_size=32, classes=10, min_image_size=8,
-    builders={"torch": "workloads.torch_models:cifar10",
-              "tensorflow": "workloads.keras_models:cifar10",
-              "mxnet": "workloads.gluon_models:cifar10"},
     notes=(
         "The TensorFlow CIFAR-10 tutorial network: conv5x5-64, max-pool, LRN, conv5x5-64, LRN, "
         "max-pool, fc-384, fc-192, fc-10 (1.76 M parameters at 32x32)."
