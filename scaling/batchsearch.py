@@ -1,19 +1,25 @@
 """Where to place the next max-batch trial, given what earlier trials found.
 
-Two strategies share one state. ``model`` predicts the limit from the line through the capped
-memory that fitting trials reported (their peak against the capacity they could use), and falls
-back to geometric growth, galloping and bisection where the line says nothing new. ``doubling``
+Two strategies share one state. ``model`` predicts the limit from the slope of the capped memory
+that the largest fitting trials reported (their peak against the capacity they could use), and
+falls back to geometric growth, galloping and bisection where the prediction says nothing new
+or keeps missing. ``doubling``
 is the textbook finder: double until the first OOM, then bisect. Both only ever propose
 multiples of the granularity ``k``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
 MAX_PREDICTED_STEPS = 2
 """Predicted trials in a row inside a bracket before a bisection step guarantees progress."""
+
+MAX_GROWTH = 4
+"""A prediction may jump at most this factor past the largest fitting batch: a slope measured
+on small batches is not trusted far beyond them."""
 
 
 @dataclass
@@ -61,21 +67,42 @@ class Bracket:
         return max(self.k, int(batch // self.k) * self.k)
 
     def slope(self) -> Optional[float]:
-        """Least-squares bytes per sample over the fitting trials, or the hint."""
+        """Bytes per sample between the two largest fitting batches (the part of the curve
+        nearest the limit), or the hint while there is only one."""
         if len(self.usage) < 2:
             return self.slope_hint
-        xs, ys = list(self.usage), list(self.usage.values())
-        mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-        var = sum((x - mean_x) ** 2 for x in xs)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / var
+        below, top = sorted(self.usage)[-2:]
+        slope = (self.usage[top] - self.usage[below]) / (top - below)
         return slope if slope > 0 else None
 
     def predicted_limit(self) -> Optional[int]:
-        """The largest batch the line says fits, or None without a capacity or slope."""
-        slope = self.slope()
-        if self.capacity is None or slope is None or self.lo not in self.usage:
+        """The largest batch the memory curve says fits, or None without a capacity or slope.
+
+        With three fitting batches, a parabola through the three largest follows memory that
+        grows faster than linearly (workspaces that scale with the batch); otherwise the slope
+        extends the line from the largest fitting batch.
+        """
+        if self.capacity is None or self.lo not in self.usage:
             return None
-        return self.floor(self.lo + (self.capacity - self.usage[self.lo]) / slope)
+        crossing = self._parabola_crossing() if len(self.usage) >= 3 else None
+        if crossing is None:
+            slope = self.slope()
+            if slope is None:
+                return None
+            crossing = self.lo + (self.capacity - self.usage[self.lo]) / slope
+        return self.floor(crossing)
+
+    def _parabola_crossing(self) -> Optional[float]:
+        (x0, x1, x2) = sorted(self.usage)[-3:]
+        y0, y1, y2 = (self.usage[x] for x in (x0, x1, x2))
+        d01, d12 = (y1 - y0) / (x1 - x0), (y2 - y1) / (x2 - x1)
+        curvature = (d12 - d01) / (x2 - x0)
+        if curvature <= 0:
+            return None
+        # y(x) = y2 + slope2 * (x - x2) + curvature * (x - x2) ** 2, slope2 the tangent at x2.
+        slope2 = d12 + curvature * (x2 - x1)
+        room = self.capacity - y2
+        return x2 + (-slope2 + math.sqrt(slope2 ** 2 + 4 * curvature * room)) / (2 * curvature)
 
     def bisect(self) -> int:
         low = self.lo if self.lo is not None else self.min_batch - self.k
@@ -112,9 +139,10 @@ def propose_model(state: Bracket) -> Optional[int]:
         if predicted is None:
             return state.clamp(state.lo * 2)
         if predicted > state.lo:
-            return state.clamp(predicted)
+            return state.clamp(min(predicted, state.lo * MAX_GROWTH))
         return state.clamp(state.lo + state.k * 2 ** state.gallop)
-    if predicted is not None and state.predicted_steps < MAX_PREDICTED_STEPS:
+    if predicted is not None and state.predicted_steps < MAX_PREDICTED_STEPS \
+            and (predicted < state.hi or state.predicted_steps == 0):
         state.predicted_steps += 1
         return state.clamp(predicted)
     state.predicted_steps = 0
