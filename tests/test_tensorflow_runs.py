@@ -144,6 +144,7 @@ print(out.shape, float(out[0, 0, 0, 0]), float(out[0, 5, 5, 1]))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    # Row 0 covers input rows 0..0, column 0 covers input columns 0..1: mean of x[0,0,0:2,0].
-    # Row 5 covers rows 4..4, column 5 covers columns 5..6: mean of x[0,4,5:7,1].
-    assert out.stdout.strip().splitlines()[-1] == "(1, 6, 6, 2) 1.0 64.0"
+    # x[0, h, w, c] = (7h + w) * 2 + c.
+    # Row 0 covers input row 0, column 0 covers columns 0..1: mean(0, 2) = 1.
+    # Row 5 covers input row 4, column 5 covers columns 5..6: mean(67, 69) = 68.
+    assert out.stdout.strip().splitlines()[-1] == "(1, 6, 6, 2) 1.0 68.0"

@@ -20,7 +20,9 @@ def configure_devices(tf, cell: dict, local_devices: int):
     """Create the logical devices (before TensorFlow initialises) and return their names."""
     tf.config.threading.set_intra_op_parallelism_threads(
         cell["threads_per_device"] * local_devices)
-    tf.config.threading.set_inter_op_parallelism_threads(max(2, local_devices))
+    # Under a memory cap, ops run one at a time so that the peak, and so OOM, is repeatable.
+    tf.config.threading.set_inter_op_parallelism_threads(
+        1 if cell["memory_limit"] else max(2, local_devices))
     if cell["device_type"] == "gpu":
         gpus = tf.config.list_physical_devices("GPU")[:local_devices]
         tf.config.set_visible_devices(gpus, "GPU")
@@ -47,17 +49,22 @@ def make_strategy(tf, cell: dict, devices):
 def cap_cpu_allocator(cell: dict, local_devices: int) -> None:
     """The CPU memory cap for TensorFlow, set before it is imported.
 
-    Under an RLIMIT, TensorFlow aborts on std::bad_alloc instead of raising. Its oneDNN CPU
-    allocator takes a limit of its own, and over-allocation then raises ResourceExhaustedError,
-    as on a GPU. The process's logical devices share it, so it is the cap times their number.
+    Under an RLIMIT, TensorFlow aborts on std::bad_alloc instead of raising, and with oneDNN's
+    allocator capped, oneDNN kernels can crash (SIGSEGV) when it runs out. TensorFlow's own BFC
+    CPU allocator takes a limit and raises ResourceExhaustedError, as on a GPU, so a capped cell
+    runs on it, without oneDNN. The process's logical devices share it: the limit is the cap
+    times their number.
     """
     if cell["memory_limit"]:
-        os.environ["TF_MKL_ALLOC_MAX_BYTES"] = str(cell["memory_limit"] * local_devices)
+        os.environ.update(
+            TF_ENABLE_ONEDNN_OPTS="0", TF_CPU_ALLOCATOR_USE_BFC="true",
+            TF_CPU_BFC_MEM_LIMIT_IN_MB=str(cell["memory_limit"] * local_devices // 2**20))
 
 
 def memory_report(tf, cell: dict, devices) -> dict:
     if cell["device_type"] != "gpu":
-        cap = int(os.environ["TF_MKL_ALLOC_MAX_BYTES"]) if cell["memory_limit"] else None
+        cap = (int(os.environ["TF_CPU_BFC_MEM_LIMIT_IN_MB"]) * 2**20 if cell["memory_limit"]
+               else None)
         return {"peak_memory_bytes": common.peak_rss_bytes(),
                 "capped_memory_peak_bytes": tf.config.experimental.get_memory_info("CPU:0")["peak"],
                 "memory_capacity_bytes": cap}
