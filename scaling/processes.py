@@ -7,15 +7,15 @@ workers in new sessions, so the token, not the process group, is how the whole t
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
 import psutil
+
+from scaling.workers.common import die_with_parent
 
 TOKEN_ENV = "SCALING_CELL_TOKEN"
 
@@ -44,11 +44,6 @@ def kill_cell_processes(token: str, grace_s: float = 5.0) -> None:
     psutil.wait_procs(alive, timeout=grace_s)
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
-
-
 def run_process_tree(
     argv: List[str], env: Dict[str, str], token: str, log_path: str, timeout_s: float,
 ) -> Tuple[Optional[int], bool, float]:
@@ -61,7 +56,7 @@ def run_process_tree(
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             argv, env={**env, TOKEN_ENV: token}, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
         )
         try:
             returncode, timed_out = proc.wait(timeout=timeout_s), False
