@@ -28,8 +28,8 @@ $(MXNET_VENV)/.installed:
 	$(MXNET_VENV)/bin/python -m pip install --quiet 'mxnet==1.9.1' 'numpy<1.24'
 	touch $@
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional
 
+
 def _earliest(reports: List[Dict], status: str) -> Optional[Dict]:
     matching = [r for r in reports if r.get("status") == status]
     return min(matching, key=lambda r: r["failed_at"]) if matching else None
@@ -21,16 +22,20 @@ def summarize(
     """Status, one-line error and metrics of a cell from its rank reports.
 
     The root cause wins over its consequences: an OOM on any rank makes the cell ``oom`` even if
-    its peers then failed in a collective; a rank that died without a report (killed, segfault)
-    makes it ``crashed``; then the timeout; then the earliest reported error. Ranks stopped by
-    the launcher or the harness report ``terminated``, which is no failure of their own.
+    its peers then failed in a collective; a rank killed by a signal, or one that died without a
+    report, makes it ``crashed``; then the timeout; then the earliest reported error. Ranks
+    stopped by the launcher or the harness report ``terminated``, which is no failure of their
+    own.
 
-    ``images_per_sec`` is the global image count over the wall time from the earliest start to
-    the latest end across ranks.
+    ``images_per_sec`` is the global image count over the longest rank window. Each rank times
+    its window on its own clock between two barriers, so no two hosts' clocks are compared.
     """
     oom = _earliest(reports, "oom")
     if oom is not None:
         return _failed(oom)
+    killed = _earliest(reports, "crashed")
+    if killed is not None:
+        return {"status": "crashed", "error": f"rank {killed['rank']} {killed['error']}"}
     missing = sorted(set(range(world_size)) - {r["rank"] for r in reports})
     if missing and not timed_out:
         return {"status": "crashed",
@@ -48,16 +53,15 @@ def summarize(
         stopped = sorted(r["rank"] for r in reports if r["status"] != "ok")
         return {"status": "crashed",
                 "error": f"ranks {stopped} were stopped (launcher exit code {returncode})"}
-    start = min(r["start"] for r in reports)
-    end = max(r["end"] for r in reports)
+    window = max(r["window_s"] for r in reports)
     images = sum(r["images"] for r in reports)
     peaks = [r["peak_memory_bytes"] for r in sorted(reports, key=lambda r: r["rank"])]
     return {
         "status": "ok",
         "error": None,
-        "images_per_sec": images / (end - start),
+        "images_per_sec": images / window,
         "timed_images": images,
-        "timed_wall_s": end - start,
+        "timed_window_s": window,
         "step_time_median_s": statistics.median(r["step_time_median_s"] for r in reports),
         "step_time_p95_s": max(r["step_time_p95_s"] for r in reports),
         "peak_memory_bytes": max(peaks),

@@ -10,13 +10,20 @@ from typing import Any, Dict, Optional
 
 from scaling import hardware
 from scaling.errors import ScalingError
-from scaling.launchers import check_options, get_launcher
+from scaling.frameworks import get_framework
+from scaling.launchers import check_options, get_launcher, launchers_of
+from scaling.units import format_bytes
 from workloads import UnknownWorkload, get_workload
 
 DEVICE_TYPES = ("auto", "gpu", "cpu")
 
-# Fields that do not change what is measured, so they stay out of the cell's identity.
-_NOT_IDENTITY = {"timeout_s", "rendezvous"}
+NOT_IDENTITY = {"timeout_s"}
+"""Fields that do not change what is measured, so they stay out of the cell's identity."""
+
+SINCE_DEFAULT = "omitted from the identity at its default"
+"""Metadata for a field added after results were recorded: ``field(default=...,
+metadata={"identity": SINCE_DEFAULT})`` keeps the ids of older cells, which had it at its
+default, so their output folders stay resumable."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,6 @@ class Cell:
     options: Dict[str, Any] = field(default_factory=dict)
     """Framework-specific options (recorded and part of the identity)."""
     timeout_s: float = 600.0
-    rendezvous: Optional[str] = None
-    """``host:port`` of the rendezvous for multi-node runs; chosen locally when None."""
 
     @property
     def total_devices(self) -> int:
@@ -58,7 +63,13 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        identity = {k: v for k, v in dataclasses.asdict(self).items() if k not in _NOT_IDENTITY}
+        identity = {}
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            if spec.name in NOT_IDENTITY or (spec.metadata.get("identity") == SINCE_DEFAULT
+                                             and value == spec.default):
+                continue
+            identity[spec.name] = value
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -103,19 +114,23 @@ def make_cell(
     purpose: str = "sweep",
     options: Optional[Dict[str, Any]] = None,
     timeout_s: float = 600.0,
-    rendezvous: Optional[str] = None,
+    allow_oversubscribe: bool = False,
 ) -> Cell:
-    """Validate the inputs, resolve defaults (device type, image size, threads) and build a cell."""
+    """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
+    build a cell. ``launcher=None`` picks the framework's default launcher."""
     try:
         spec = get_workload(workload)
     except UnknownWorkload as error:
         raise ScalingError(str(error)) from None
+    framework_spec = get_framework(framework)
+    launcher = launcher or framework_spec.default_launcher
     launcher_spec = get_launcher(launcher)
-    if launcher_spec.framework != framework:
+    if framework not in launcher_spec.frameworks:
         raise ScalingError(
-            f"launcher {launcher!r} runs {launcher_spec.framework}, not {framework!r}"
+            f"launcher {launcher!r} does not start {framework}; {framework} launchers: "
+            f"{', '.join(launchers_of(framework))}"
         )
-    check_options(launcher_spec, dict(options or {}))
+    check_options(launcher_spec, framework, dict(options or {}))
     if framework not in spec.builders:
         raise ScalingError(f"workload {workload!r} has no {framework} model")
     for name, value in (("devices", devices), ("batch size", batch_size), ("steps", steps),
@@ -127,8 +142,6 @@ def make_cell(
         raise ScalingError(f"timeout must be positive, got {timeout_s!r}")
     if nodes > 1 and not launcher_spec.multi_node:
         raise ScalingError(f"{launcher} runs on one node; use --nodes 1")
-    if nodes > 1 and rendezvous is None:
-        raise ScalingError("a run over several nodes needs a rendezvous endpoint (host:port)")
     resolved_type = resolve_device_type(device_type)
     if resolved_type == "gpu" and nodes == 1 and devices > hardware.gpu_count():
         raise ScalingError(
@@ -144,10 +157,28 @@ def make_cell(
     _positive("threads per device", threads_per_device)
     if memory_limit is not None and resolved_type != "cpu":
         raise ScalingError("a memory limit applies to CPU devices only; GPUs use their own memory")
+    if memory_limit is not None and memory_limit < framework_spec.min_memory_limit:
+        raise ScalingError(
+            f"memory limit {format_bytes(memory_limit)} is too small to start a {framework} "
+            f"worker; the smallest that works is {format_bytes(framework_spec.min_memory_limit)}"
+        )
+    if resolved_type == "cpu" and not allow_oversubscribe:
+        check_oversubscription(devices, threads_per_device)
     return Cell(
         framework=framework, launcher=launcher, workload=workload, devices=devices,
         batch_size=batch_size, image_size=size, steps=steps, warmup=warmup,
         device_type=resolved_type, threads_per_device=threads_per_device, nodes=nodes,
         memory_limit=memory_limit, repeat=repeat, purpose=purpose, options=dict(options or {}),
-        timeout_s=float(timeout_s), rendezvous=rendezvous,
+        timeout_s=float(timeout_s),
     )
+
+
+def check_oversubscription(devices: int, threads_per_device: int) -> None:
+    """CPU devices x threads beyond this machine's cores measure contention, not scaling."""
+    cores = hardware.cpu_cores()
+    if devices * threads_per_device > cores:
+        raise ScalingError(
+            f"{devices} CPU devices x {threads_per_device} threads need "
+            f"{devices * threads_per_device} cores but this machine has {cores}: such results "
+            "measure contention, not scaling; pass --allow-oversubscribe to run them anyway"
+        )

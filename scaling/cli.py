@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections import Counter
+from pathlib import Path
 
 import click
 import yaml
@@ -13,9 +16,11 @@ from scaling import __version__, hardware
 from scaling.batchsearch import STRATEGIES
 from scaling.cell import DEVICE_TYPES, make_cell, resolve_device_type
 from scaling.errors import ScalingError
-from scaling.launchers import LAUNCHERS, frameworks
+from scaling.frameworks import FRAMEWORKS, framework_names
+from scaling.launchers import LAUNCHERS, get_launcher
 from scaling.maxbatch import (TrialRunner, check_search_bounds, find_max_batches, trial_factory,
                               write_maxbatch_csv)
+from scaling.placement import local_placement
 from scaling.plots import plot_scaling
 from scaling.report import report, scaling_tables
 from scaling.runner import check_resumable, pending_cells, run_cells, search_max_batches
@@ -44,8 +49,12 @@ def cli():
     """Measure how training throughput (images/sec) scales with the number of devices.
 
     A cell is one measurement: a framework and launcher, a workload, a device count and a
-    per-device batch size. Cells run in fresh processes under a timeout; each one ends as ok,
-    oom, timeout, crashed or error and is appended to OUT/results.jsonl.
+    per-device batch size. Cells run in fresh processes under a timeout; each one ends with a
+    status (ok, oom, timeout, crashed, error, env_error, ...) and is appended to
+    OUT/results.jsonl.
+
+    Exit status: 0 when every cell got a status (for `run`: when its cell is ok), 1 when the
+    cell of `run` is not ok, 2 for bad input.
     """
 
 
@@ -66,7 +75,7 @@ def devices():
     table = Table(title="Frameworks")
     for header in ("interpreter", "package", "version"):
         table.add_column(header)
-    pythons = dict.fromkeys(launcher.default_python() for launcher in LAUNCHERS.values())
+    pythons = dict.fromkeys(framework.default_python() for framework in FRAMEWORKS.values())
     for python in pythons:
         versions = hardware.installed_versions(python)
         if versions is None:
@@ -88,7 +97,18 @@ def parse_options(pairs) -> dict:
 
 
 OPTION_HELP = ("Framework option KEY=VALUE, repeatable (TensorFlow: xla, mixed_precision; "
-               "MXNet: kvstore).")
+               "MXNet under mxnet-kvstore: kvstore).")
+
+
+def prepare_out_dir(out_dir: str) -> None:
+    """Create the output folder, or say in one line why it cannot be."""
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise ScalingError(f"--out {out_dir} exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ScalingError(f"cannot create output folder {out_dir}: {error.strerror}") from None
 
 
 def _print_record(record) -> None:
@@ -103,14 +123,22 @@ def _print_record(record) -> None:
         console.print(f"{record['status']}: {record['error']}")
 
 
+ALLOW_OVERSUBSCRIBE = click.option(
+    "--allow-oversubscribe", is_flag=True,
+    help="Run even when CPU devices x threads exceed the cores (such results measure "
+         "contention, not scaling).")
+
+
 def cell_options(steps: int, warmup: int, out: str, what: str):
     """The options that ``run`` and ``maxbatch`` share: everything that defines a cell but its
     device count and batch size."""
     options = [
-        click.option("--framework", type=click.Choice(frameworks()), default="torch",
-                     show_default=True, help="The launcher's framework."),
-        click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)), default="torchrun",
+        click.option("--framework", type=click.Choice(framework_names()), default="torch",
                      show_default=True),
+        click.option("--launcher", type=click.Choice(sorted(LAUNCHERS)),
+                     help="How the ranks are started [default: the framework's: " + ", ".join(
+                         f"{name} {fw.default_launcher}" for name, fw in FRAMEWORKS.items())
+                     + "]."),
         click.option("--workload", required=True,
                      help=f"One of: {', '.join(sorted(WORKLOADS))}."),
         click.option("--image-size", type=int,
@@ -128,9 +156,10 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
                      help=f"Seconds before a {what}'s processes are killed."),
         click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE",
                      help=OPTION_HELP),
-        click.option("--python", help="Interpreter for the workers [default: the launcher's]."),
+        click.option("--python", help="Interpreter for the workers [default: the framework's]."),
         click.option("--out", "out_dir", default=out, show_default=True,
                      type=click.Path(file_okay=False)),
+        ALLOW_OVERSUBSCRIBE,
     ]
 
     def decorate(command):
@@ -144,23 +173,36 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
 @cli.command()
 @cell_options(steps=20, warmup=5, out="runs/run", what="cell")
 @click.option("--devices", type=int, default=1, show_default=True, help="Devices per node.")
-@click.option("--nodes", type=int, default=1, show_default=True)
-@click.option("--rendezvous", help="host:port of the rendezvous when --nodes > 1.")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help="Nodes; run the same command on each, with its --node-rank.")
+@click.option("--node-rank", type=int, default=0, show_default=True,
+              help="This node's index when --nodes > 1.")
+@click.option("--rendezvous", help="host:port where the ranks meet when --nodes > 1.")
+@click.option("--hosts", help="Every node's address, comma-separated in node-rank order "
+                              "(needed by tf-multiworker over several nodes).")
 @click.option("--batch-size", type=int, required=True, help="Per-device batch size.")
 @click.option("--repeat", type=int, default=0, show_default=True,
               help="Repeat index; a cell already recorded runs again only under a new index.")
-def run(out_dir, python, memory_limit, option_pairs, **fields):
-    """Run one cell and append its result to OUT/results.jsonl."""
+def run(out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, hosts, **fields):
+    """Run one cell and append its result to OUT/results.jsonl.
+
+    Exits 0 when the cell is ok and 1 when it ended otherwise (oom, timeout, ...)."""
     cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
                      options=parse_options(option_pairs), **fields)
+    placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell), cell.nodes,
+                                node_rank, rendezvous, hosts.split(",") if hosts else None)
+    prepare_out_dir(out_dir)
     recorded = ResultStore(out_dir).done().get(cell.cell_id)
     if recorded is not None:
         console.print(f"cell {cell.cell_id} is already recorded in {out_dir}; "
                       "pass --repeat N to measure it again")
         _print_record(recorded)
-        return
-    records = run_cells([cell], out_dir, {cell.framework: python} if python else None)
-    _print_record(records[0])
+    else:
+        [recorded] = run_cells([cell], out_dir, {cell.framework: python} if python else None,
+                               placement=placement)
+        _print_record(recorded)
+    if recorded["status"] != "ok":
+        sys.exit(1)
 
 
 def _device_list(text: str):
@@ -213,6 +255,7 @@ def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, mem
     without repeating one. The table is also written to OUT/maxbatch.csv.
     """
     counts = _device_list(device_list)
+    prepare_out_dir(out_dir)
     cap = parse_bytes(memory_limit) if memory_limit else None
     fields["device_type"] = resolve_device_type(fields["device_type"])
     start = check_search_bounds(multiple_of, minimum, maximum, headroom, fields["device_type"],
@@ -244,10 +287,17 @@ def _print_report(out_dir) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Output folder [default: runs/NAME].")
 @click.option("--resume", is_flag=True, help="Skip the cells already recorded in OUT.")
-def sweep(config, out_dir, resume):
-    """Run every cell of the sweep file CONFIG, then print the scaling report."""
+@ALLOW_OVERSUBSCRIBE
+def sweep(config, out_dir, resume, allow_oversubscribe):
+    """Run every cell of the sweep file CONFIG, then print the scaling report.
+
+    Exits 0 once every cell has a status, whatever the statuses are, and ends with a count of
+    cells by status."""
     spec = load_sweep(config)
+    if allow_oversubscribe:
+        spec.allow_oversubscribe = True
     out_dir = out_dir or f"runs/{spec.name}"
+    prepare_out_dir(out_dir)
     check_resumable(out_dir, resume)
     max_batches = None
     if spec.needs_max_batch():
@@ -260,6 +310,11 @@ def sweep(config, out_dir, resume):
                   f"output in {out_dir}")
     run_cells(todo, out_dir, interpreters(spec))
     _print_report(out_dir)
+    recorded = ResultStore(out_dir).done()
+    counts = Counter(recorded[cell.cell_id]["status"] for cell in cells
+                     if cell.cell_id in recorded)
+    console.print(f"{len(cells)} cells: " + ", ".join(
+        f"{count} {status}" for status, count in counts.most_common()))
 
 
 @cli.command(name="report")
@@ -276,4 +331,5 @@ def report_command(out_dir, plot):
 
 
 def main() -> None:
+    logging.basicConfig(format="warning: %(message)s", level=logging.WARNING, stream=sys.stderr)
     cli(prog_name="scaling")

@@ -1,4 +1,8 @@
-"""Run one cell under its launcher and turn what its ranks report into a result record."""
+"""Run one cell under its launcher and turn what its ranks report into a result record.
+
+The record is written to the cell's folder (``cells/CELL/record.json``) and added to the
+sweep's ``results.jsonl`` index.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +19,12 @@ import scaling
 from scaling import hardware
 from scaling.aggregate import summarize
 from scaling.cell import Cell
-from scaling.launchers import get_launcher, missing_framework
+from scaling.frameworks import get_framework, missing_framework
+from scaling.launchers import get_launcher
+from scaling.placement import Placement, local_placement
 from scaling.processes import run_process_tree
 from scaling.store import ResultStore
+from scaling.workers.common import write_json_atomically
 
 PROJECT_ROOT = Path(scaling.__file__).resolve().parents[1]
 
@@ -52,10 +59,12 @@ def provenance() -> Dict:
 
 
 def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
-             extra_env: Optional[Dict[str, str]] = None) -> Dict:
-    """Run ``cell`` in a fresh process tree under its timeout and return its result record.
+             extra_env: Optional[Dict[str, str]] = None,
+             placement: Optional[Placement] = None) -> Dict:
+    """Run this node's part of ``cell`` in a fresh process tree under its timeout and return
+    its result record. ``placement`` defaults to every rank on this machine.
 
-    The cell's files (spec, rank reports, launcher log) live in ``OUT/cells/CELL_ID/``.
+    The cell's files (spec, rank reports, launcher log, record) live in ``OUT/cells/CELL_ID/``.
     """
     cell_dir = Path(out_dir) / "cells" / cell.cell_id
     if cell_dir.exists():
@@ -63,18 +72,21 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     cell_dir.mkdir(parents=True)
     (cell_dir / "cell.json").write_text(json.dumps(cell.to_dict(), indent=2))
     launcher = get_launcher(cell.launcher)
-    python = python or launcher.default_python()
+    framework = get_framework(cell.framework)
+    python = python or framework.default_python()
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    missing = missing_framework(cell.launcher, python)
+    missing = missing_framework(cell.framework, python)
     if missing is not None:
-        return _record(cell, cell_dir, {"status": "error", "error": missing}, [], started_at,
-                       0.0, token=None)
-    argv = launcher.command(cell, str(cell_dir), python)
+        return _record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
+                       started_at, 0.0, token=None)
+    placement = placement or local_placement(launcher.ranks_per_node(cell))
+    argv = launcher.command(cell, placement, str(cell_dir), python)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
                                                     os.environ.get("PYTHONPATH")])),
-        **launcher.env(cell),
+        **framework.env,
+        **launcher.env(cell, placement),
         **memory_cap_env(cell),
         **(extra_env or {}),
     }
@@ -90,9 +102,9 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
 def _record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: str, wall_s: float,
             token: Optional[str]) -> Dict:
     first = min(reports, key=lambda r: r["rank"]) if reports else {}
-    return {
+    record = {
         "cell": cell.cell_id,
-        **{k: v for k, v in cell.to_dict().items() if k != "rendezvous"},
+        **cell.to_dict(),
         "total_devices": cell.total_devices,
         "global_batch_size": cell.global_batch_size,
         "params": first.get("params"),
@@ -104,12 +116,15 @@ def _record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: str,
         "versions": first.get("versions"),
         "device_name": first.get("device_name"),
         "layout": first.get("layout"),
+        "hosts": sorted({r["host"] for r in reports if "host" in r}),
         **provenance(),
         "started_at": started_at,
         "wall_s": round(wall_s, 3),
         "log": str(cell_dir / "launcher.log"),
         "process_token": token,
     }
+    write_json_atomically(cell_dir / "record.json", record)
+    return record
 
 
 def run_and_record(cell: Cell, out_dir, **kwargs) -> Dict:

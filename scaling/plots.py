@@ -1,5 +1,5 @@
 """Scaling plots in the style of published benchmarks: throughput and speedup against device
-count, one line per framework, launcher and per-device batch, with the linear ideal dashed."""
+count, one line per curve (``scaling.report.series_key``), with the linear ideal dashed."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List
 
+from scaling.report import curve_label, series_key
+
 
 def _curves(rows: List[Dict]) -> Dict:
-    """(framework, launcher, batch) -> {devices: (median images/sec, median speedup)}."""
+    """Series key -> {devices: (median images/sec, median speedup)}."""
     points = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if row["status"] == "ok":
-            key = (row["framework"], row["launcher"], row["batch_size"])
-            points[key][row["total_devices"]].append(row)
+            points[series_key(row)][row["total_devices"]].append(row)
     curves = {}
     for key, by_devices in points.items():
         curves[key] = {
@@ -44,8 +45,8 @@ def plot_scaling(rows: List[Dict], out_dir) -> List[Path]:
             continue
         counts = sorted({d for curve in curves.values() for d in curve})
         figure, (throughput, speedup) = plt.subplots(1, 2, figsize=(11, 4.2))
-        for (framework, launcher, batch), curve in sorted(curves.items()):
-            label = f"{framework} / {launcher}, batch {batch}"
+        for key, curve in sorted(curves.items(), key=lambda item: str(item[0])):
+            label = curve_label(key)
             devices = list(curve)
             throughput.plot(devices, [ips for ips, _ in curve.values()], marker="o", label=label)
             with_speedup = [(d, s) for d, (_, s) in curve.items() if s is not None]

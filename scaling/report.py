@@ -1,10 +1,11 @@
 """Speedup and efficiency against a measured one-device baseline, as tables and CSV.
 
 Scaling here is weak scaling: the per-device batch is fixed, so N devices process N times the
-images per step. Speedup = images/sec on N devices / images/sec on one device, for the same
-framework, launcher, workload, per-device batch, image size and device type. Efficiency =
-speedup / N. A cell with no successful one-device baseline has no speedup, and a failed cell
-shows its status; neither is ever shown as 0.
+images per step. Speedup = images/sec on N devices / images/sec on one device of the same curve:
+the same framework and its version, launcher, workload, per-device batch, image size, device
+type and options. Efficiency = speedup / N. Only sweep cells make curves and baselines (never
+max-batch trials). A cell with no successful one-device baseline has no speedup, and a failed
+cell shows its status; neither is ever shown as 0.
 """
 
 from __future__ import annotations
@@ -18,30 +19,64 @@ from typing import Dict, List, Optional, Tuple
 
 from rich.table import Table
 
-CSV_COLUMNS = [
-    "cell", "framework", "launcher", "workload", "device_type", "devices", "nodes",
-    "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
-    "images_per_sec", "baseline_images_per_sec", "speedup", "efficiency",
-    "step_time_median_s", "step_time_p95_s", "peak_memory_bytes", "params", "error",
-    "steps", "warmup", "threads_per_device", "memory_limit", "options", "device_name",
-    "versions", "host", "harness_version", "started_at",
-]
+from scaling.schema import CSV_COLUMNS
 
 
-def series_key(record: Dict) -> Tuple:
-    """Records that share this key form one scaling curve."""
+def reported_version(record: Dict) -> str:
+    """The version of the record's framework, as its workers reported it ("" if none did)."""
+    return str((record.get("versions") or {}).get(record["framework"], ""))
+
+
+def _curve_fields(record: Dict) -> Tuple:
     return (record["framework"], record["launcher"], record["workload"], record["batch_size"],
             record["image_size"], record["device_type"],
             json.dumps(record.get("options") or {}, sort_keys=True))
 
 
-def baselines(records: List[Dict]) -> Dict[Tuple, float]:
+def with_framework_versions(records: List[Dict]) -> List[Dict]:
+    """Sweep records with ``framework_version``. A cell that failed before its workers said
+    (a crash at start-up) takes the version of the other cells of its curve, where they agree."""
+    sweep = [record for record in records if record.get("purpose", "sweep") == "sweep"]
+    seen = defaultdict(set)
+    for record in sweep:
+        if reported_version(record):
+            seen[_curve_fields(record)].add(reported_version(record))
+    rows = []
+    for record in sweep:
+        versions = seen[_curve_fields(record)]
+        fallback = next(iter(versions)) if len(versions) == 1 else ""
+        rows.append({**record, "framework_version": reported_version(record) or fallback})
+    return rows
+
+
+def baseline_key(row: Dict) -> Tuple:
+    """What a curve's baseline shares with it: everything but the device and node counts."""
+    framework, *rest = _curve_fields(row)
+    return (framework, row["framework_version"], *rest)
+
+
+def series_key(row: Dict) -> Tuple:
+    """Rows that share this key form one scaling curve; the device count varies along it.
+    Points on several nodes form their own curve."""
+    return (*baseline_key(row), row.get("nodes", 1))
+
+
+def baselines(rows: List[Dict]) -> Dict[Tuple, float]:
     """Median one-device images/sec of each curve, over its successful repeats."""
     ones = defaultdict(list)
-    for record in records:
-        if record["total_devices"] == 1 and record["status"] == "ok":
-            ones[series_key(record)].append(record["images_per_sec"])
+    for row in rows:
+        if row["total_devices"] == 1 and row["status"] == "ok":
+            ones[baseline_key(row)].append(row["images_per_sec"])
     return {key: statistics.median(values) for key, values in ones.items()}
+
+
+def curve_label(key: Tuple) -> str:
+    """``torch 2.14.1 / torchrun, batch 16 {"xla": true}, 2 nodes`` for a series key."""
+    framework, version, launcher, _, batch, _, _, options, nodes = key
+    label = f"{framework} {version}".strip() + f" / {launcher}, batch {batch}"
+    if options != "{}":
+        label += f" {options}"
+    return label + (f", {nodes} nodes" if nodes > 1 else "")
 
 
 def speedup_vs_linear(images_per_sec: Optional[float], baseline: Optional[float],
@@ -54,17 +89,15 @@ def speedup_vs_linear(images_per_sec: Optional[float], baseline: Optional[float]
 
 
 def with_scaling(records: List[Dict]) -> List[Dict]:
-    """Sweep records with ``baseline_images_per_sec``, ``speedup`` and ``efficiency`` added."""
-    base = baselines(records)
-    rows = []
-    for record in records:
-        if record.get("purpose", "sweep") != "sweep":
-            continue
-        baseline = base.get(series_key(record))
-        ips = record["images_per_sec"] if record["status"] == "ok" else None
-        speedup, efficiency = speedup_vs_linear(ips, baseline, record["total_devices"])
-        rows.append({**record, "baseline_images_per_sec": baseline, "speedup": speedup,
-                     "efficiency": efficiency})
+    """Sweep records (never max-batch trials) with ``framework_version``,
+    ``baseline_images_per_sec``, ``speedup`` and ``efficiency`` added."""
+    rows = with_framework_versions(records)
+    base = baselines(rows)
+    for row in rows:
+        baseline = base.get(baseline_key(row))
+        ips = row["images_per_sec"] if row["status"] == "ok" else None
+        speedup, efficiency = speedup_vs_linear(ips, baseline, row["total_devices"])
+        row.update(baseline_images_per_sec=baseline, speedup=speedup, efficiency=efficiency)
     return rows
 
 
@@ -93,9 +126,9 @@ def _cell_text(group: List[Dict]) -> str:
 
 
 def scaling_tables(rows: List[Dict]) -> List[Table]:
-    """One table per workload and image size, like the published ones: images/sec by
-    (framework, launcher, per-device batch) and device count, with speedup and efficiency, and
-    failed cells marked OOM, TIMEOUT, CRASHED or ERROR."""
+    """One table per workload and image size, like the published ones: images/sec by curve
+    (one row per series key) and device count, with speedup and efficiency, and failed cells
+    marked OOM, TIMEOUT, CRASHED, ERROR and so on."""
     by_workload = defaultdict(list)
     for row in rows:
         by_workload[(row["workload"], row["image_size"], row["device_type"])].append(row)
@@ -104,18 +137,15 @@ def scaling_tables(rows: List[Dict]) -> List[Table]:
         counts = sorted({row["total_devices"] for row in group})
         table = Table(title=f"{workload} at {size}x{size} on {device_type}: images/sec "
                             "(speedup, efficiency), per-device batch")
-        for header in ("framework", "launcher", "batch"):
-            table.add_column(header)
+        table.add_column("curve")
         for count in counts:
             table.add_column(f"{count} {device_type.upper()}", justify="right")
         cells = defaultdict(list)
         for row in group:
-            cells[(row["framework"], row["launcher"], row["batch_size"], row["total_devices"])
-                  ].append(row)
-        for framework, launcher, batch in sorted({key[:3] for key in cells}):
-            table.add_row(framework, launcher, str(batch), *(
-                _cell_text(cells[(framework, launcher, batch, count)])
-                if (framework, launcher, batch, count) in cells else "-"
+            cells[(series_key(row), row["total_devices"])].append(row)
+        for key in sorted({key for key, _ in cells}, key=str):
+            table.add_row(curve_label(key), *(
+                _cell_text(cells[(key, count)]) if (key, count) in cells else "-"
                 for count in counts
             ))
         tables.append(table)

@@ -14,6 +14,7 @@ from scaling.errors import ScalingError
 from scaling.execute import run_and_record
 from scaling.maxbatch import (MaxBatchResult, TrialRunner, check_search_bounds,
                               find_max_batches, trial_factory)
+from scaling.placement import Placement
 from scaling.store import ResultStore
 from scaling.sweep import SweepConfig, device_counts, interpreters
 from scaling.units import parse_bytes
@@ -53,7 +54,7 @@ def search_max_batches(spec: SweepConfig, out_dir, console: Console
                 image_size=spec.image_size, steps=section.steps, warmup=section.warmup,
                 device_type=device_type, threads_per_device=spec.threads_per_device,
                 nodes=spec.nodes, memory_limit=memory_limit, options=fw_section.options,
-                timeout_s=spec.timeout_s)
+                timeout_s=spec.timeout_s, allow_oversubscribe=spec.allow_oversubscribe)
             for result in find_max_batches(
                     make_trial, device_counts(spec.devices, device_type), section.multiple_of,
                     start, section.max, runner, section.strategy, section.headroom):
@@ -69,7 +70,9 @@ def describe(fields: Dict) -> str:
 
 
 def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = None,
-              console: Optional[Console] = None) -> List[Dict]:
+              console: Optional[Console] = None,
+              placement: Optional[Placement] = None) -> List[Dict]:
+    """Run and record each cell in turn; ``placement`` defaults to every rank on this machine."""
     console = console or Console(stderr=True)
     pythons = pythons or {}
     records = []
@@ -79,7 +82,8 @@ def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = No
         task = progress.add_task("cells", total=len(cells))
         for cell in cells:
             progress.update(task, description=describe(cell.to_dict()))
-            record = run_and_record(cell, out_dir, python=pythons.get(cell.framework))
+            record = run_and_record(cell, out_dir, python=pythons.get(cell.framework),
+                                    placement=placement)
             records.append(record)
             rate = (f"{record['images_per_sec']:.1f} img/s" if record["status"] == "ok"
                     else record["error"])

@@ -1,18 +1,29 @@
-"""The results store: ``results.jsonl``, one line per finished cell, appended durably.
+"""The results store: each cell's ``cells/CELL/record.json``, and ``results.jsonl``, the index a
+notebook reads, one line per finished cell.
 
-Each line is written with a single ``write`` on a file opened for appending, then fsynced.
-A line cut short by a kill is ignored when the store is read and is overwritten by the next
-append, so a resumed sweep neither loses nor repeats a cell.
+Several writers may add to one store at once: array tasks on one node, or on several nodes over a
+shared file system. Each append takes an exclusive lock on ``results.jsonl.lock`` (``flock``,
+which Linux's NFS client maps onto POSIX locks), cuts off a line that a killed writer left
+unfinished, writes the whole line with one ``write`` and fsyncs before it lets go. A damaged line
+elsewhere is skipped with a one-line warning naming its line number, so its cell counts as not
+recorded and a resumed sweep runs it again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import logging
 import os
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Set, Tuple
 
 RESULTS_FILE = "results.jsonl"
+LOCK_SUFFIX = ".lock"
+
+log = logging.getLogger("scaling")
+_warned: Set[Tuple[str, int]] = set()
 
 
 class ResultStore:
@@ -27,10 +38,24 @@ class ResultStore:
         if not self.path.exists():
             return
         with open(self.path) as lines:
-            for line in lines:
+            for number, line in enumerate(lines, start=1):
                 if not line.endswith("\n"):
-                    return
-                yield json.loads(line)
+                    return  # an append in progress, or cut short by a kill
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    record = None
+                if not isinstance(record, dict) or "cell" not in record:
+                    self._warn_damaged(number)
+                    continue
+                yield record
+
+    def _warn_damaged(self, number: int) -> None:
+        key = (str(self.path.resolve()), number)
+        if key not in _warned:
+            _warned.add(key)
+            log.warning("%s line %d is damaged and was skipped; its cell counts as not recorded",
+                        self.path, number)
 
     def done(self) -> Dict[str, Dict]:
         """Recorded cells by cell id."""
@@ -38,12 +63,25 @@ class ResultStore:
 
     def append(self, record: Dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._drop_partial_line()
         line = (json.dumps(record, sort_keys=True) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        with self._locked():
+            self._drop_partial_line()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(f"short write to {self.path}: {written} of {len(line)} bytes")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        fd = os.open(self.path.with_name(RESULTS_FILE + LOCK_SUFFIX), os.O_RDWR | os.O_CREAT,
+                     0o644)
         try:
-            os.write(fd, line)
-            os.fsync(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
         finally:
             os.close(fd)
 

@@ -17,7 +17,8 @@ import yaml
 from scaling import hardware
 from scaling.cell import Cell, make_cell, resolve_device_type
 from scaling.errors import ScalingError
-from scaling.launchers import LAUNCHERS, frameworks
+from scaling.frameworks import framework_names
+from scaling.launchers import LAUNCHERS, launchers_of
 from scaling.units import parse_bytes
 
 
@@ -71,6 +72,8 @@ class SweepConfig:
     """Per-worker memory cap for CPU devices, such as ``3GiB``."""
     maxbatch: Optional[MaxBatchSection] = None
     """Settings of the max-batch search behind symbolic batch sizes."""
+    allow_oversubscribe: bool = False
+    """Run CPU cells whose devices x threads exceed the cores (they measure contention)."""
 
     def needs_max_batch(self) -> bool:
         return any(isinstance(batch, str) for batch in self.batch_sizes)
@@ -104,19 +107,16 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
     if not isinstance(data["frameworks"], dict) or not data["frameworks"]:
         raise ScalingError(f"{where}: frameworks must map framework names to their launchers")
     for name, section in data["frameworks"].items():
-        if name not in frameworks():
-            raise ScalingError(
-                f"{where}: unknown framework {name!r}; valid frameworks: {', '.join(frameworks())}"
-            )
+        if name not in framework_names():
+            raise ScalingError(f"{where}: unknown framework {name!r}; valid frameworks: "
+                               f"{', '.join(framework_names())}")
         section = section or {}
         _check_keys(section, FrameworkSection, f"{where}: frameworks.{name}")
         launchers = _as_list(section["launchers"], "launchers", where)
         for launcher in launchers:
-            if launcher not in LAUNCHERS or LAUNCHERS[launcher].framework != name:
-                valid = sorted(k for k, v in LAUNCHERS.items() if v.framework == name)
-                raise ScalingError(
-                    f"{where}: {launcher!r} is not a {name} launcher; valid: {', '.join(valid)}"
-                )
+            if launcher not in LAUNCHERS or name not in LAUNCHERS[launcher].frameworks:
+                raise ScalingError(f"{where}: {launcher!r} is not a {name} launcher; valid: "
+                                   f"{', '.join(launchers_of(name))}")
         sections[name] = FrameworkSection(**{**section, "launchers": launchers})
     values = {**data, "frameworks": sections}
     for key in ("workloads", "batch_sizes"):
@@ -207,6 +207,6 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                 warmup=config.warmup, device_type=device_type,
                 threads_per_device=config.threads_per_device, nodes=config.nodes,
                 memory_limit=memory_limit, repeat=repeat, options=section.options,
-                timeout_s=config.timeout_s,
+                timeout_s=config.timeout_s, allow_oversubscribe=config.allow_oversubscribe,
             ))
     return cells

@@ -1,43 +1,44 @@
-"""Launchers by name. Each one turns a cell into the argv and environment that start its ranks."""
+"""Launchers by name. A launcher names the frameworks it starts and turns a cell and its
+placement into the argv and environment of this node's processes.
+
+Adding a launcher is one module with a :func:`register_launcher` class, imported at the bottom of
+this file (or, from outside the package, imported before the cell is made).
+"""
 
 from __future__ import annotations
 
-import functools
-import subprocess
-import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Tuple
 
 from scaling.errors import ScalingError
+from scaling.frameworks import get_framework
 
 
 class Launcher:
     """A way to start a cell's ranks. Subclasses set the class attributes and ``command``."""
 
     name: str
-    framework: str
-    module: str
-    """The package a worker imports; checked before a cell starts."""
-    install_hint: str
+    frameworks: Tuple[str, ...]
+    """The frameworks whose workers this launcher can start."""
     options: Dict[str, object] = {}
-    """Framework options this launcher's workers understand: a type, or a tuple of values."""
+    """Options of this launcher, on top of the framework's: a type, or a tuple of values."""
     multi_node: bool = False
-    """Whether ranks can span nodes through a rendezvous endpoint."""
+    """Whether ranks can span nodes."""
 
-    def command(self, cell, cell_dir: str, python: str) -> List[str]:
-        """The argv that starts every rank of ``cell`` on this node."""
+    def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
+        """The argv that starts this node's processes of ``cell``."""
         raise NotImplementedError
 
-    def processes(self, cell) -> int:
-        """How many processes report results: one per rank."""
-        return cell.total_devices
+    def ranks_per_node(self, cell) -> int:
+        """Processes on each node that report results: one per device by default."""
+        return cell.devices
 
-    def env(self, cell) -> Dict[str, str]:
+    def processes(self, cell) -> int:
+        """Processes that report results, over all nodes."""
+        return self.ranks_per_node(cell) * cell.nodes
+
+    def env(self, cell, placement) -> Dict[str, str]:
         """Environment variables added for this cell's processes."""
         return thread_env(cell.threads_per_device)
-
-    def default_python(self) -> str:
-        """The interpreter that runs this framework's workers unless configured otherwise."""
-        return sys.executable
 
 
 LAUNCHERS: Dict[str, Launcher] = {}
@@ -60,41 +61,34 @@ def get_launcher(name: str) -> Launcher:
         ) from None
 
 
-def frameworks() -> List[str]:
-    return sorted({launcher.framework for launcher in LAUNCHERS.values()})
+def launchers_of(framework: str) -> List[str]:
+    return sorted(name for name, launcher in LAUNCHERS.items() if framework in launcher.frameworks)
+
+
+def worker_argv(python: str, cell, cell_dir: str) -> List[str]:
+    """``python -m WORKER CELL_DIR``: one process of the cell's framework."""
+    return [python, "-m", get_framework(cell.framework).worker, cell_dir]
 
 
 def thread_env(threads: int) -> Dict[str, str]:
-    """Thread budget of one device's worker, for the math libraries that read it."""
+    """Thread budget of one process, for the math libraries that read it."""
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-def check_options(launcher: Launcher, options: Dict) -> None:
+def check_options(launcher: Launcher, framework: str, options: Dict) -> None:
+    valid_options = {**get_framework(framework).options, **launcher.options}
     for key, value in options.items():
-        if key not in launcher.options:
-            valid = ", ".join(sorted(launcher.options)) or "none"
-            raise ScalingError(f"unknown option {key!r} for {launcher.name}; valid options: {valid}")
-        allowed = launcher.options[key]
+        if key not in valid_options:
+            valid = ", ".join(sorted(valid_options)) or "none"
+            raise ScalingError(f"unknown option {key!r} for {framework} under {launcher.name}; "
+                               f"valid options: {valid}")
+        allowed = valid_options[key]
         if isinstance(allowed, tuple):
             if value not in allowed:
                 raise ScalingError(f"option {key} takes one of {', '.join(allowed)}; "
                                    f"got {value!r}")
         elif not isinstance(value, allowed):
             raise ScalingError(f"option {key} takes a {allowed.__name__}, got {value!r}")
-
-
-@functools.lru_cache(maxsize=None)
-def missing_framework(launcher_name: str, python: str) -> Optional[str]:
-    """Why ``python`` cannot run this launcher's workers, or None when it can."""
-    launcher = get_launcher(launcher_name)
-    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({launcher.module!r}) is None)"
-    try:
-        found = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"cannot run {python} ({error}); {launcher.install_hint}"
-    if found.returncode != 0:
-        return f"{launcher.module} is not installed for {python}; {launcher.install_hint}"
-    return None
 
 
 from scaling.launchers import mxnet, tensorflow, torchrun  # noqa: E402,F401  (registration)

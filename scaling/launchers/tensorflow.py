@@ -2,58 +2,47 @@
 
 ``tf-mirrored``: one process per node, MirroredStrategy over its N devices (GPUs, or N logical
 CPU devices). ``tf-multiworker``: MultiWorkerMirroredStrategy with one process per CPU device, or
-one per node holding all of its GPUs; the harness's spawner gives each process its TF_CONFIG on
-free loopback ports.
+one per node holding all of its GPUs; the harness's spawner gives each process its TF_CONFIG,
+every rank on its own port from the placement's rendezvous port up.
 """
 
 from __future__ import annotations
 
 from typing import Dict, List
 
-from scaling.launchers import Launcher, register_launcher, thread_env
-
-TF_OPTIONS: Dict[str, object] = {"xla": bool, "mixed_precision": bool}
-"""``xla``: compile the step with jit_compile; ``mixed_precision``: Keras mixed_float16."""
-
-_QUIET = {"TF_CPP_MIN_LOG_LEVEL": "1", "KERAS_BACKEND": "tensorflow"}
-
-
-def _worker(python: str, cell_dir: str) -> List[str]:
-    return [python, "-m", "scaling.workers.tf_worker", cell_dir]
+from scaling.launchers import Launcher, register_launcher, thread_env, worker_argv
 
 
 @register_launcher
 class TfMirrored(Launcher):
     name = "tf-mirrored"
-    framework = "tensorflow"
-    module = "tensorflow"
-    install_hint = "install it with: pip install -e '.[tensorflow]'"
-    options = TF_OPTIONS
+    frameworks = ("tensorflow",)
 
-    def command(self, cell, cell_dir: str, python: str) -> List[str]:
-        return _worker(python, cell_dir)
+    def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
+        return worker_argv(python, cell, cell_dir)
 
-    def processes(self, cell) -> int:
-        return cell.nodes
+    def ranks_per_node(self, cell) -> int:
+        return 1
 
-    def env(self, cell) -> Dict[str, str]:
-        return {**thread_env(cell.threads_per_device * cell.devices), **_QUIET}
+    def env(self, cell, placement) -> Dict[str, str]:
+        return thread_env(cell.threads_per_device * cell.devices)
 
 
 @register_launcher
-class TfMultiWorker(TfMirrored):
+class TfMultiWorker(Launcher):
     name = "tf-multiworker"
+    frameworks = ("tensorflow",)
+    multi_node = True
 
-    def workers_per_node(self, cell) -> int:
+    def ranks_per_node(self, cell) -> int:
         return 1 if cell.device_type == "gpu" else cell.devices
 
-    def command(self, cell, cell_dir: str, python: str) -> List[str]:
+    def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
         return [python, "-m", "scaling.workers.spawn", "--tf-config",
-                "--processes", str(self.workers_per_node(cell)), "--",
-                *_worker(python, cell_dir)]
+                "--workers", ",".join(placement.rank_endpoints()),
+                "--first-rank", str(placement.first_rank),
+                "--processes", str(placement.ranks_per_host), "--",
+                *worker_argv(python, cell, cell_dir)]
 
-    def processes(self, cell) -> int:
-        return self.workers_per_node(cell) * cell.nodes
-
-    def env(self, cell) -> Dict[str, str]:
-        return {**thread_env(cell.threads_per_device), **_QUIET}
+    def env(self, cell, placement) -> Dict[str, str]:
+        return thread_env(cell.threads_per_device)

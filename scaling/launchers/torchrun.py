@@ -1,31 +1,26 @@
-"""PyTorch DistributedDataParallel under torchrun: one rank per device."""
+"""PyTorch DistributedDataParallel under torchrun: one rank per device, c10d rendezvous."""
 
 from __future__ import annotations
 
 from typing import List
 
-from scaling.launchers import Launcher, register_launcher
+from scaling.launchers import Launcher, register_launcher, worker_argv
 
 
 @register_launcher
 class Torchrun(Launcher):
     name = "torchrun"
-    framework = "torch"
-    module = "torch"
-    install_hint = "install it with: pip install -e '.[torch]'"
+    frameworks = ("torch",)
     multi_node = True
 
-    def command(self, cell, cell_dir: str, python: str) -> List[str]:
-        if cell.rendezvous is None:
-            rendezvous = ["--standalone"]
-        else:
-            rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", cell.rendezvous,
-                          "--rdzv-id", cell.cell_id]
+    def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
+        python_argv = worker_argv(python, cell, cell_dir)
         return [
             python, "-m", "torch.distributed.run",
-            "--nnodes", str(cell.nodes),
-            "--nproc-per-node", str(cell.devices),
+            "--nnodes", str(placement.nodes),
+            "--nproc-per-node", str(placement.ranks_per_host),
             "--max-restarts", "0",
-            *rendezvous,
-            "-m", "scaling.workers.torch_worker", cell_dir,
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", placement.rendezvous,
+            "--rdzv-id", cell.cell_id,
+            *python_argv[1:],
         ]

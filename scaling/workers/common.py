@@ -1,5 +1,5 @@
 """Framework-free pieces every worker uses: the cell spec, the memory cap, fault injection,
-failure classification and the per-rank report file.
+failure classification and the per-rank report file (fields: ``scaling.schema``).
 
 Only the standard library is imported here, so this module also runs under an interpreter that
 has no harness dependencies (MXNet's own virtualenv).
@@ -133,15 +133,23 @@ def cpu_memory_headroom() -> Dict[str, Optional[int]]:
             "memory_capacity_bytes": None if cap == resource.RLIM_INFINITY else cap}
 
 
-def write_report(cell_dir: str, rank: int, report: Dict) -> None:
-    """Write ``rank{N}.json`` atomically: a temporary file, fsync, then rename."""
-    path = os.path.join(cell_dir, f"rank{rank}.json")
+def report_path(cell_dir: str, rank: int) -> str:
+    return os.path.join(cell_dir, f"rank{rank}.json")
+
+
+def write_json_atomically(path, data) -> None:
+    """A temporary file, fsync, then rename: readers see the old file or the whole new one."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as out:
-        json.dump(report, out)
+        json.dump(data, out, sort_keys=True)
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
+
+
+def write_report(cell_dir: str, rank: int, report: Dict) -> None:
+    """Write ``rank{N}.json`` atomically."""
+    write_json_atomically(report_path(cell_dir, rank), report)
 
 
 @contextlib.contextmanager

@@ -1,9 +1,11 @@
-"""Start N local worker processes and supervise them, as torchrun does for PyTorch.
+"""Start this node's worker processes and supervise them, as torchrun does for PyTorch.
 
-    python -m scaling.workers.spawn --processes N [--tf-config] -- COMMAND...
+    python -m scaling.workers.spawn --processes N --workers H:P,... [--first-rank R]
+                                    [--tf-config] -- COMMAND...
 
-Each process gets RANK, LOCAL_RANK and WORLD_SIZE, and with ``--tf-config`` a TF_CONFIG naming
-every worker on a free loopback port. If one exits with an error, the others get SIGTERM, then
+``--workers`` lists every rank of every node (``host:port``, in rank order); this node runs
+ranks R to R+N-1. Each process gets RANK, LOCAL_RANK and WORLD_SIZE, and with ``--tf-config`` a
+TF_CONFIG naming every worker. If one exits with an error, the others get SIGTERM, then
 SIGKILL after a grace period; the spawner exits with the first failing code. SIGTERM to the
 spawner is passed on to every worker. Standard library only.
 """
@@ -14,24 +16,12 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from typing import List
 
 GRACE_S = 10.0
-
-
-def free_ports(count: int) -> List[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def stop(children: List[subprocess.Popen]) -> None:
@@ -50,15 +40,18 @@ def stop(children: List[subprocess.Popen]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--processes", type=int, required=True)
+    parser.add_argument("--workers", required=True, help="host:port of every rank, comma-separated")
+    parser.add_argument("--first-rank", type=int, default=0)
     parser.add_argument("--tf-config", action="store_true")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    workers = [f"127.0.0.1:{port}" for port in free_ports(args.processes)]
+    workers = args.workers.split(",")
     children = []
-    for rank in range(args.processes):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "WORLD_SIZE": str(args.processes)}
+    for local_rank in range(args.processes):
+        rank = args.first_rank + local_rank
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(local_rank),
+               "WORLD_SIZE": str(len(workers))}
         if args.tf_config:
             env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                            "task": {"type": "worker", "index": rank}})

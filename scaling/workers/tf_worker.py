@@ -2,18 +2,16 @@
 
 Under ``tf-mirrored`` it drives N devices with MirroredStrategy; under ``tf-multiworker`` it is
 one worker of a MultiWorkerMirroredStrategy cluster described by TF_CONFIG. The step is a
-``tf.function`` run through ``strategy.run``; warm-up covers tracing and compilation. Every step
-is timed after its loss is materialized on the host. Each process reports its own images and
-its start and end wall times, as PyTorch ranks do.
+``tf.function`` run through ``strategy.run``; warm-up covers tracing and compilation. Each step's
+loss is materialized on the host, which also synchronizes the devices.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import time
 
 from scaling.workers import common
+from scaling.workers.loop import run_worker
 
 
 def configure_devices(tf, cell: dict, local_devices: int):
@@ -63,11 +61,14 @@ def cap_cpu_allocator(cell: dict, local_devices: int) -> None:
 
 def memory_report(tf, cell: dict, devices) -> dict:
     if cell["device_type"] != "gpu":
-        cap = (int(os.environ["TF_CPU_BFC_MEM_LIMIT_IN_MB"]) * 2**20 if cell["memory_limit"]
-               else None)
-        return {"peak_memory_bytes": common.peak_rss_bytes(),
+        peak_rss = common.peak_rss_bytes()
+        if not cell["memory_limit"]:
+            # Without a cap TensorFlow may use an allocator that keeps no statistics.
+            return {"peak_memory_bytes": peak_rss, "capped_memory_peak_bytes": peak_rss,
+                    "memory_capacity_bytes": None}
+        return {"peak_memory_bytes": peak_rss,
                 "capped_memory_peak_bytes": tf.config.experimental.get_memory_info("CPU:0")["peak"],
-                "memory_capacity_bytes": cap}
+                "memory_capacity_bytes": int(os.environ["TF_CPU_BFC_MEM_LIMIT_IN_MB"]) * 2**20}
     from scaling.hardware import query_gpus
 
     peaks = [tf.config.experimental.get_memory_info(name.lstrip("/").upper())["peak"]
@@ -82,105 +83,99 @@ def local_device_count(cell: dict) -> int:
     return 1 if multiworker and cell["device_type"] == "cpu" else cell["devices"]
 
 
-def train(cell: dict, report: dict, rank: int) -> None:
-    local_devices = local_device_count(cell)
-    cap_cpu_allocator(cell, local_devices)
-    import tensorflow as tf
+class TensorFlowSession:
+    """A Keras model under a tf.distribute strategy, with one synthetic batch per replica."""
 
-    options = cell["options"]
-    devices = configure_devices(tf, cell, local_devices)
-    strategy = make_strategy(tf, cell, devices)
+    def __init__(self, cell: dict, report: dict):
+        self.cell = cell
+        local_devices = local_device_count(cell)
+        cap_cpu_allocator(cell, local_devices)
+        import tensorflow as tf
 
-    import keras
+        self.tf = tf
+        options = cell["options"]
+        self.devices = configure_devices(tf, cell, local_devices)
+        strategy = make_strategy(tf, cell, self.devices)
 
-    from workloads import get_workload
+        import keras  # after the devices are configured: importing it initialises TensorFlow
 
-    if options.get("mixed_precision"):
-        keras.mixed_precision.set_global_policy("mixed_float16")
-    workload = get_workload(cell["workload"])
-    size, batch = cell["image_size"], cell["batch_size"]
-    global_batch = batch * strategy.num_replicas_in_sync
-    with strategy.scope():
-        model = workload.builder("tensorflow")(size, workload.classes)
-        optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+        from workloads import get_workload
+
         if options.get("mixed_precision"):
-            optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
-    report.update(
-        params=sum(int(tf.size(v)) for v in model.trainable_variables),
-        versions={"tensorflow": tf.__version__, "keras": keras.__version__,
-                  **{k: v for k, v in tf.sysconfig.get_build_info().items()
-                     if k in ("cuda_version", "cudnn_version")}},
-        device_name=devices[0] if cell["device_type"] == "cpu"
-        else tf.config.experimental.get_device_details(
-            tf.config.list_physical_devices("GPU")[0]).get("device_name", "gpu"),
-        layout="NHWC", local_devices=local_devices,
-        replicas=strategy.num_replicas_in_sync,
-        threads="one intra-op pool of threads_per_device x local devices, shared by the "
-                "process's logical devices",
-    )
+            keras.mixed_precision.set_global_policy("mixed_float16")
+        workload = get_workload(cell["workload"])
+        size, batch = cell["image_size"], cell["batch_size"]
+        global_batch = batch * strategy.num_replicas_in_sync
+        with strategy.scope():
+            model = workload.builder("tensorflow")(size, workload.classes)
+            optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+            if options.get("mixed_precision"):
+                optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+        report.update(
+            params=sum(int(tf.size(v)) for v in model.trainable_variables),
+            versions={"tensorflow": tf.__version__, "keras": keras.__version__,
+                      **{k: v for k, v in tf.sysconfig.get_build_info().items()
+                         if k in ("cuda_version", "cudnn_version")}},
+            device_name=self.devices[0] if cell["device_type"] == "cpu"
+            else tf.config.experimental.get_device_details(
+                tf.config.list_physical_devices("GPU")[0]).get("device_name", "gpu"),
+            layout="NHWC", local_devices=local_devices,
+            replicas=strategy.num_replicas_in_sync,
+            threads="one intra-op pool of threads_per_device x local devices, shared by the "
+                    "process's logical devices",
+            xla=bool(options.get("xla")), mixed_precision=bool(options.get("mixed_precision")),
+        )
+        self.images_per_step = batch * local_devices
 
-    def synthetic(context):
-        images = tf.random.uniform([batch, size, size, 3])
-        labels = tf.random.uniform([batch], maxval=workload.classes, dtype=tf.int32)
-        return images, labels
+        def synthetic(context):
+            images = tf.random.uniform([batch, size, size, 3])
+            labels = tf.random.uniform([batch], maxval=workload.classes, dtype=tf.int32)
+            return images, labels
 
-    images, labels = strategy.experimental_distribute_values_from_function(synthetic)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+        images, labels = strategy.experimental_distribute_values_from_function(synthetic)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
-    def replica_step(x, y):
-        with tf.GradientTape() as tape:
-            logits = tf.cast(model(x, training=True), tf.float32)
-            loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=global_batch)
-            scaled = optimizer.scale_loss(loss) if options.get("mixed_precision") else loss
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                logits = tf.cast(model(x, training=True), tf.float32)
+                loss = tf.nn.compute_average_loss(loss_fn(y, logits),
+                                                  global_batch_size=global_batch)
+                scaled = optimizer.scale_loss(loss) if options.get("mixed_precision") else loss
+            grads = tape.gradient(scaled, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
 
-    replica_step = tf.function(replica_step, jit_compile=bool(options.get("xla")))
+        replica_step = tf.function(replica_step, jit_compile=bool(options.get("xla")))
 
-    @tf.function
-    def step():
-        losses = strategy.run(replica_step, args=(images, labels))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+        @tf.function
+        def step():
+            losses = strategy.run(replica_step, args=(images, labels))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
-    @tf.function
-    def barrier():
-        ones = strategy.run(lambda: tf.ones([]))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)
+        @tf.function
+        def barrier():
+            ones = strategy.run(lambda: tf.ones([]))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)
 
-    faults = common.FaultInjector(rank)
-    for index in range(cell["warmup"]):
-        faults.at_step(index)
-        step().numpy()
-    barrier().numpy()
-    step_times = []
-    start = time.time()
-    mark = time.perf_counter()
-    for index in range(cell["steps"]):
-        faults.at_step(cell["warmup"] + index)
-        step().numpy()
-        now = time.perf_counter()
-        step_times.append(now - mark)
-        mark = now
-    end = time.time()
-    barrier().numpy()
-    times = common.step_time_summary(step_times)
-    report.update(
-        start=start, end=end, images=batch * local_devices * cell["steps"],
-        step_time_median_s=times["median"], step_time_p95_s=times["p95"],
-        xla=bool(options.get("xla")), mixed_precision=bool(options.get("mixed_precision")),
-        **memory_report(tf, cell, devices),
-    )
+        self._step, self._barrier = step, barrier
+
+    def step(self) -> None:
+        self._step().numpy()
+
+    def synchronize(self) -> None:
+        """Nothing left to wait for: every step's loss has reached the host."""
+
+    def barrier(self) -> None:
+        self._barrier().numpy()
+
+    def finish(self) -> dict:
+        return memory_report(self.tf, self.cell, self.devices)
 
 
-def main() -> None:
-    cell_dir = sys.argv[1]
-    common.die_with_parent()
-    cell = common.load_cell(cell_dir)
-    rank = int(os.environ.get("RANK", "0"))
-    with common.reporting(cell_dir, rank) as report:
-        train(cell, report, rank)
+def build(cell: dict, report: dict, rank: int) -> TensorFlowSession:
+    return TensorFlowSession(cell, report)
 
 
 if __name__ == "__main__":
-    main()
+    # The cap is TensorFlow's own allocator limit (cap_cpu_allocator), not an RLIMIT.
+    run_worker(build, cap_heap=False)

@@ -1,84 +1,20 @@
-"""One DistributedDataParallel rank, started by torchrun: ``python -m scaling.workers.torch_worker CELL_DIR``.
+"""One PyTorch process: ``python -m scaling.workers.torch_worker CELL_DIR``.
 
-Synthetic data is made once on the device. Warm-up steps run first; the timed window starts after
-a device synchronization and a barrier, and ends with a synchronization on every rank, followed by
-a barrier. Each rank reports its own start and end wall times; the harness divides the global
-image count by (latest end - earliest start).
+Started by a launcher that sets RANK, LOCAL_RANK and WORLD_SIZE (torchrun); the data-parallel
+wrapper is DistributedDataParallel over gloo on CPU and NCCL on GPU. Synthetic data is made once
+on the device. Step times on GPU come from CUDA events, so timing adds no host synchronization
+inside the window.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import time
 
 from scaling.workers import common
-
-
-class TorchDevice:
-    """The only device-specific code: placement, synchronization, step timing and peak memory."""
-
-    def __init__(self, torch, device_type: str, local_rank: int):
-        self.torch = torch
-        self.is_gpu = device_type == "gpu"
-        if self.is_gpu:
-            torch.cuda.set_device(local_rank)
-            self.device = torch.device("cuda", local_rank)
-        else:
-            self.device = torch.device("cpu")
-        self.backend = "nccl" if self.is_gpu else "gloo"
-
-    def synchronize(self) -> None:
-        if self.is_gpu:
-            self.torch.cuda.synchronize(self.device)
-
-    def step_timer(self):
-        return _CudaEventTimer(self.torch) if self.is_gpu else _WallTimer()
-
-    def peak_memory_bytes(self) -> int:
-        if self.is_gpu:
-            return self.torch.cuda.max_memory_allocated(self.device)
-        return common.peak_rss_bytes()
-
-    def memory_headroom(self) -> dict:
-        """Peak of the memory that OOM is decided on, and how much of it the rank could have."""
-        if not self.is_gpu:
-            return common.cpu_memory_headroom()
-        free, _ = self.torch.cuda.mem_get_info(self.device)
-        reserved = self.torch.cuda.memory_reserved(self.device)
-        return {"capped_memory_peak_bytes": self.torch.cuda.max_memory_reserved(self.device),
-                "memory_capacity_bytes": free + reserved}
-
-    def describe(self) -> str:
-        if self.is_gpu:
-            return self.torch.cuda.get_device_name(self.device)
-        return "cpu"
-
-    def versions(self) -> dict:
-        torch = self.torch
-        versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
-        if self.is_gpu:
-            versions["cudnn"] = torch.backends.cudnn.version()
-            versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-        return versions
-
-
-class _WallTimer:
-    """Step times on CPU, where every operation has finished when it returns."""
-
-    def __init__(self):
-        self.marks = []
-
-    def mark(self) -> None:
-        self.marks.append(time.perf_counter())
-
-    def step_times(self):
-        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+from scaling.workers.loop import WallTimer, run_worker
 
 
 class _CudaEventTimer:
-    """Step times from CUDA events, so timing adds no host synchronization inside the window."""
-
     def __init__(self, torch):
         self.torch = torch
         self.events = []
@@ -92,68 +28,84 @@ class _CudaEventTimer:
         return [a.elapsed_time(b) / 1000.0 for a, b in zip(self.events, self.events[1:])]
 
 
-def train(cell: dict, report: dict, rank: int, local_rank: int, world_size: int) -> None:
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
+class TorchSession:
+    """A DDP model, its optimizer and one synthetic batch on this rank's device."""
 
-    from workloads import get_workload
+    def __init__(self, cell: dict, report: dict, local_rank: int):
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
 
-    torch.set_num_threads(cell["threads_per_device"])
-    device = TorchDevice(torch, cell["device_type"], local_rank)
-    report.update(versions=device.versions(), device_name=device.describe(), layout="NCHW")
-    dist.init_process_group(backend=device.backend)
-    faults = common.FaultInjector(rank)
+        from workloads import get_workload
 
-    workload = get_workload(cell["workload"])
-    model = workload.builder("torch")(cell["image_size"], workload.classes).to(device.device)
-    report["params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    ddp = DistributedDataParallel(model, device_ids=[local_rank] if device.is_gpu else None)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    size, batch = cell["image_size"], cell["batch_size"]
-    images = torch.randn(batch, 3, size, size, device=device.device)
-    labels = torch.randint(0, workload.classes, (batch,), device=device.device)
+        self.torch, self.dist = torch, dist
+        torch.set_num_threads(cell["threads_per_device"])
+        self.is_gpu = cell["device_type"] == "gpu"
+        if self.is_gpu:
+            torch.cuda.set_device(local_rank)
+            self.device = torch.device("cuda", local_rank)
+        else:
+            self.device = torch.device("cpu")
+        report.update(versions=self._versions(), device_name=self._device_name(), layout="NCHW",
+                      world_size=int(os.environ["WORLD_SIZE"]))
+        dist.init_process_group(backend="nccl" if self.is_gpu else "gloo")
+        workload = get_workload(cell["workload"])
+        model = workload.builder("torch")(cell["image_size"], workload.classes).to(self.device)
+        report["params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        self.model = DistributedDataParallel(model,
+                                             device_ids=[local_rank] if self.is_gpu else None)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        size, batch = cell["image_size"], cell["batch_size"]
+        self.images = torch.randn(batch, 3, size, size, device=self.device)
+        self.labels = torch.randint(0, workload.classes, (batch,), device=self.device)
+        self.images_per_step = batch
 
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(ddp(images), labels).backward()
-        optimizer.step()
+    def step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss_fn(self.model(self.images), self.labels).backward()
+        self.optimizer.step()
 
-    for index in range(cell["warmup"]):
-        faults.at_step(index)
-        step()
-    device.synchronize()
-    dist.barrier()
-    timer = device.step_timer()
-    start = time.time()
-    timer.mark()
-    for index in range(cell["steps"]):
-        faults.at_step(cell["warmup"] + index)
-        step()
-        timer.mark()
-    device.synchronize()
-    end = time.time()
-    dist.barrier()
-    times = common.step_time_summary(timer.step_times())
-    report.update(
-        start=start, end=end, images=batch * cell["steps"],
-        step_time_median_s=times["median"], step_time_p95_s=times["p95"],
-        peak_memory_bytes=device.peak_memory_bytes(), world_size=world_size,
-        **device.memory_headroom(),
-    )
-    dist.destroy_process_group()
+    def synchronize(self) -> None:
+        if self.is_gpu:
+            self.torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def step_timer(self):
+        return _CudaEventTimer(self.torch) if self.is_gpu else WallTimer()
+
+    def finish(self) -> dict:
+        memory = self._memory()
+        self.dist.destroy_process_group()
+        return memory
+
+    def _memory(self) -> dict:
+        """Peak memory, and the peak and capacity of the memory that OOM is decided on."""
+        if not self.is_gpu:
+            return {"peak_memory_bytes": common.peak_rss_bytes(), **common.cpu_memory_headroom()}
+        cuda = self.torch.cuda
+        free, _ = cuda.mem_get_info(self.device)
+        return {"peak_memory_bytes": cuda.max_memory_allocated(self.device),
+                "capped_memory_peak_bytes": cuda.max_memory_reserved(self.device),
+                "memory_capacity_bytes": free + cuda.memory_reserved(self.device)}
+
+    def _device_name(self) -> str:
+        return self.torch.cuda.get_device_name(self.device) if self.is_gpu else "cpu"
+
+    def _versions(self) -> dict:
+        torch = self.torch
+        versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
+        if self.is_gpu:
+            versions["cudnn"] = torch.backends.cudnn.version()
+            versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        return versions
 
 
-def main() -> None:
-    cell_dir = sys.argv[1]
-    common.die_with_parent()
-    cell = common.load_cell(cell_dir)
-    common.apply_memory_limit(cell["memory_limit"])
-    rank = int(os.environ["RANK"])
-    with common.reporting(cell_dir, rank) as report:
-        train(cell, report, rank, int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
+def build(cell: dict, report: dict, rank: int) -> TorchSession:
+    return TorchSession(cell, report, int(os.environ["LOCAL_RANK"]))
 
 
 if __name__ == "__main__":
-    main()
+    run_worker(build)

@@ -1,0 +1,91 @@
+"""Frameworks by name: what a framework needs, apart from the launchers that start it.
+
+A framework entry names the package that is probed before a cell starts, how to install it, the
+interpreter its workers run under, its worker module and the options its workers understand.
+Adding a framework is one module that calls :func:`register_framework`, imported at the bottom of
+this file.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from scaling.errors import ScalingError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    module: str
+    """The package a worker imports; probed under the worker's interpreter before a cell runs."""
+    install_hint: str
+    worker: str
+    """The worker module: ``python -m WORKER CELL_DIR`` runs one process of a cell."""
+    default_launcher: str
+    options: Dict[str, object] = field(default_factory=dict)
+    """Options every launcher of this framework accepts: a type, or a tuple of the valid values."""
+    env: Dict[str, str] = field(default_factory=dict)
+    """Environment variables for every process of a cell."""
+    python_env_var: Optional[str] = None
+    """A variable that names the workers' interpreter, where it is not the harness's own."""
+    venv: Optional[str] = None
+    """The project's virtualenv for this framework, relative to the project root."""
+    min_memory_limit: int = 0
+    """The smallest CPU memory cap under which a worker starts and trains a tiny model."""
+
+    def default_python(self) -> str:
+        """The interpreter that runs this framework's workers unless configured otherwise."""
+        if self.python_env_var and os.environ.get(self.python_env_var):
+            return os.environ[self.python_env_var]
+        if self.venv:
+            return str(PROJECT_ROOT / self.venv / "bin" / "python")
+        return sys.executable
+
+
+FRAMEWORKS: Dict[str, Framework] = {}
+
+
+def register_framework(framework: Framework) -> Framework:
+    if framework.name in FRAMEWORKS:
+        raise ValueError(f"framework {framework.name!r} is registered twice")
+    FRAMEWORKS[framework.name] = framework
+    return framework
+
+
+def get_framework(name: str) -> Framework:
+    try:
+        return FRAMEWORKS[name]
+    except KeyError:
+        raise ScalingError(
+            f"unknown framework {name!r}; valid frameworks: {', '.join(framework_names())}"
+        ) from None
+
+
+def framework_names() -> List[str]:
+    return sorted(FRAMEWORKS)
+
+
+@functools.lru_cache(maxsize=None)
+def missing_framework(name: str, python: str) -> Optional[str]:
+    """Why ``python`` cannot run this framework's workers, or None when it can."""
+    framework = get_framework(name)
+    probe = ("import importlib.util, sys; "
+             f"sys.exit(importlib.util.find_spec({framework.module!r}) is None)")
+    try:
+        found = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"cannot run {python} ({error}); {framework.install_hint}"
+    if found.returncode != 0:
+        return f"{framework.module} is not installed for {python}; {framework.install_hint}"
+    return None
+
+
+from scaling.frameworks import mxnet, pytorch, tensorflow  # noqa: E402,F401  (registration)

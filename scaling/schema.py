@@ -1,0 +1,115 @@
+"""The one definition of what the harness writes: statuses, rank reports and cell records.
+
+The README's field list, the CSV columns and the tests all come from here. Standard library only:
+workers import it under any interpreter.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+STATUSES: Dict[str, str] = {
+    "ok": "every rank finished its timed window",
+    "oom": "a rank ran out of device memory (CUDA, or the CPU memory cap)",
+    "timeout": "no result within the cell's timeout; the process tree was killed",
+    "crashed": "a rank died without reporting, for example killed by a signal",
+    "error": "a rank raised an error other than out-of-memory",
+    "env_error": "the framework or its interpreter is missing; nothing was run",
+    "cancelled": "the scheduler's job was cancelled",
+    "node_fail": "the scheduler lost a node of the job",
+    "preempted": "the scheduler preempted the job",
+}
+"""Every status a cell can end with."""
+
+FAILED_RANK_STATUSES = ("oom", "error", "crashed", "terminated")
+"""Statuses a rank report can carry besides ``ok``; ``terminated`` means stopped by SIGTERM."""
+
+RANK_REPORT_FIELDS: Dict[str, str] = {
+    "rank": "global rank of the reporting process",
+    "pid": "its process id",
+    "status": "ok, or one of " + ", ".join(FAILED_RANK_STATUSES),
+    "error": "one-line reason when not ok",
+    "failed_at": "wall time of the failure",
+    "params": "trainable parameters of the model",
+    "versions": "framework and library versions",
+    "device_name": "the device, as the framework names it",
+    "layout": "NCHW or NHWC",
+    "images": "images this process trained in its timed window (all of its devices)",
+    "steps_timed": "steps in the timed window",
+    "window_s": "the window on this rank's own monotonic clock, from the start barrier to the "
+                "end barrier",
+    "start": "wall time at the window's start (for reading logs; never compared across hosts)",
+    "end": "wall time at the window's end",
+    "step_time_median_s": "median step time",
+    "step_time_p95_s": "95th percentile step time",
+    "peak_memory_bytes": "peak device memory (CUDA allocated), or peak RSS on CPU",
+    "capped_memory_peak_bytes": "peak of the quantity that out-of-memory is decided on",
+    "memory_capacity_bytes": "how much of that quantity the rank could have",
+    "host": "host name of the reporting process",
+}
+"""Fields of ``cells/CELL/rank{N}.json``; frameworks may add their own details."""
+
+RECORD_FIELDS: Dict[str, str] = {
+    "cell": "the cell's id: a hash of what is measured",
+    "framework": "torch, tensorflow or mxnet",
+    "launcher": "how the ranks were started",
+    "workload": "the model",
+    "device_type": "gpu or cpu",
+    "devices": "devices per node",
+    "nodes": "nodes",
+    "total_devices": "devices x nodes",
+    "batch_size": "per-device batch",
+    "global_batch_size": "batch_size x total_devices",
+    "image_size": "square input side",
+    "steps": "timed steps asked for",
+    "warmup": "untimed steps first",
+    "repeat": "repeat index",
+    "purpose": "sweep, or maxbatch for max-batch trials",
+    "threads_per_device": "CPU threads per device",
+    "memory_limit": "per-device memory cap on CPU, bytes",
+    "options": "framework options",
+    "timeout_s": "seconds before the process tree is killed",
+    "status": "one of " + ", ".join(STATUSES),
+    "error": "one-line reason when not ok",
+    "params": "trainable parameters",
+    "images_per_sec": "global images over the longest rank window",
+    "timed_images": "global images over the timed window",
+    "timed_window_s": "the longest rank window, seconds",
+    "step_time_median_s": "median over ranks of their median step time",
+    "step_time_p95_s": "largest 95th percentile step time of any rank",
+    "peak_memory_bytes": "largest peak memory of any rank",
+    "peak_memory_bytes_per_rank": "each rank's peak memory",
+    "capped_memory_peak_bytes": "largest peak of the capped quantity",
+    "memory_capacity_bytes": "smallest capacity of any rank",
+    "versions": "framework and library versions",
+    "device_name": "the device, as the framework names it",
+    "layout": "NCHW or NHWC",
+    "hosts": "hosts the ranks ran on",
+    "host": "host that ran the harness",
+    "cpu_model": "its CPU",
+    "cpu_cores": "its cores",
+    "harness_version": "version of this harness",
+    "started_at": "UTC start time",
+    "wall_s": "seconds from launch to the end of the process tree",
+    "log": "the launcher's log",
+    "process_token": "token every process of the cell carried",
+}
+"""Fields of a line of ``results.jsonl`` and of ``cells/CELL/record.json``."""
+
+SCALING_FIELDS: Dict[str, str] = {
+    "framework_version": "the framework's version; part of what makes a curve",
+    "baseline_images_per_sec": "median one-device images/sec of the curve",
+    "speedup": "images_per_sec / baseline_images_per_sec",
+    "efficiency": "speedup / total_devices",
+}
+"""Columns that ``scaling report`` adds to each sweep record."""
+
+CSV_COLUMNS = [
+    "cell", "framework", "launcher", "workload", "device_type", "devices", "nodes",
+    "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
+    "images_per_sec", *SCALING_FIELDS, "step_time_median_s", "step_time_p95_s",
+    "peak_memory_bytes", "params", "error", "steps", "warmup", "threads_per_device",
+    "memory_limit", "options", "device_name", "versions", "host", "hosts", "harness_version",
+    "started_at",
+]
+"""Columns of ``results.csv``, in order."""

@@ -1,0 +1,116 @@
+"""The one timed loop, and the entry point every worker runs it through.
+
+A framework supplies a *session* built for one process of a cell:
+
+- ``images_per_step``: images this process trains per step, over all of its devices;
+- ``step()``: one training step;
+- ``synchronize()``: wait for the device to finish the work queued so far;
+- ``barrier()``: wait for every process of the cell;
+- ``step_timer()``, optional: an object with ``mark()`` and ``step_times()``, for frameworks
+  with device events (the wall clock otherwise);
+- ``finish()``: a dict of what the process reports after its window (memory, parameters).
+
+Everything else is here, written once: warm-up, the window between two barriers, step times,
+fault injection, the rank report, and the watch for a rank killed by a signal. Standard library
+only, so that it runs under every framework's interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Callable, Dict
+
+from scaling.workers import common
+
+
+class WallTimer:
+    """Step times from the wall clock, for devices whose steps have finished when they return."""
+
+    def __init__(self):
+        self.marks = []
+
+    def mark(self) -> None:
+        self.marks.append(time.perf_counter())
+
+    def step_times(self):
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+
+def timed_window(session, cell: Dict, faults: common.FaultInjector) -> Dict:
+    """Warm up, then time ``cell["steps"]`` steps between two barriers on this rank's own clock.
+
+    The window starts when every rank has left the start barrier and ends when every rank has
+    reached the end barrier, after synchronizing its device, so each rank's window covers all
+    ranks' timed work. Clocks of different hosts are never compared.
+    """
+    for index in range(cell["warmup"]):
+        faults.at_step(index)
+        session.step()
+    session.synchronize()
+    session.barrier()
+    timer = session.step_timer() if hasattr(session, "step_timer") else WallTimer()
+    start_wall = time.time()
+    start = time.perf_counter()
+    timer.mark()
+    for index in range(cell["steps"]):
+        faults.at_step(cell["warmup"] + index)
+        session.step()
+        timer.mark()
+    session.synchronize()
+    session.barrier()
+    window = time.perf_counter() - start
+    times = common.step_time_summary(timer.step_times())
+    return {
+        "start": start_wall, "end": start_wall + window, "window_s": window,
+        "steps_timed": cell["steps"], "images": session.images_per_step * cell["steps"],
+        "step_time_median_s": times["median"], "step_time_p95_s": times["p95"],
+    }
+
+
+def watch_for_signals(cell_dir: str, rank: int) -> None:
+    """Fork: the child goes on as the rank; this process waits for it and, if a signal killed
+    it before it reported (SIGKILL from the kernel's OOM killer, SIGSEGV), writes its report:
+    ``crashed``, naming the signal. The parent then dies the same way, so the launcher sees what
+    it would have seen. Signals that stop the rank are passed on to the child."""
+    child = os.fork()
+    if child == 0:
+        common.die_with_parent()
+        return
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda received, frame: os.kill(child, received))
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        if not os.path.exists(common.report_path(cell_dir, rank)):
+            common.write_report(cell_dir, rank, {
+                "rank": rank, "pid": child, "host": socket.gethostname(), "status": "crashed",
+                "error": f"killed by {signal.Signals(signum).name}", "failed_at": time.time(),
+            })
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True) -> None:
+    """``python -m WORKER CELL_DIR``: build the framework's session and run the timed loop.
+
+    ``build(cell, report, rank)`` returns the session; it may add details to ``report``.
+    ``cap_heap``: apply the cell's CPU memory cap as RLIMIT_DATA (frameworks that cap their own
+    allocator pass False).
+    """
+    cell_dir = sys.argv[1]
+    rank = int(os.environ.get("RANK", "0"))
+    common.die_with_parent()
+    watch_for_signals(cell_dir, rank)
+    cell = common.load_cell(cell_dir)
+    if cap_heap:
+        common.apply_memory_limit(cell["memory_limit"])
+    with common.reporting(cell_dir, rank) as report:
+        report["host"] = socket.gethostname()
+        session = build(cell, report, rank)
+        report.update(timed_window(session, cell, common.FaultInjector(rank)))
+        report.update(session.finish())
