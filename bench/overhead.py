@@ -22,7 +22,7 @@ from pathlib import Path
 from scaling import hardware
 from scaling.cell import make_cell
 from scaling.execute import run_cell
-from scaling.launchers import get_launcher
+from scaling.frameworks import get_framework
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,7 +41,7 @@ def plain_run(args, threads: int, scratch: Path) -> float:
     else:
         script, python = {
             "tensorflow": ("plain_keras.py", sys.executable),
-            "mxnet": ("plain_gluon.py", get_launcher("mxnet-kvstore").default_python()),
+            "mxnet": ("plain_gluon.py", get_framework("mxnet").default_python()),
         }[args.framework]
         argv = [python, str(HERE / script), args.workload, str(args.devices), *shape]
     subprocess.run(argv, check=True, capture_output=True, env={

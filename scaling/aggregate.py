@@ -17,9 +17,10 @@ def _failed(report: Dict) -> Dict:
 
 def summarize(
     reports: List[Dict], world_size: int, returncode: Optional[int], timed_out: bool,
-    timeout_s: float,
+    timeout_s: float, first_rank: int = 0,
 ) -> Dict:
-    """Status, one-line error and metrics of a cell from its rank reports.
+    """Status, one-line error and metrics of a cell from the reports of ranks ``first_rank``
+    to ``first_rank + world_size - 1``.
 
     The root cause wins over its consequences: an OOM on any rank makes the cell ``oom`` even if
     its peers then failed in a collective; a rank killed by a signal, or one that died without a
@@ -36,7 +37,7 @@ def summarize(
     killed = _earliest(reports, "crashed")
     if killed is not None:
         return {"status": "crashed", "error": f"rank {killed['rank']} {killed['error']}"}
-    missing = sorted(set(range(world_size)) - {r["rank"] for r in reports})
+    missing = sorted(set(range(first_rank, first_rank + world_size)) - {r["rank"] for r in reports})
     if missing and not timed_out:
         return {"status": "crashed",
                 "error": f"ranks {missing} died without a report "

@@ -112,7 +112,11 @@ def prepare_out_dir(out_dir: str) -> None:
 
 
 def _print_record(record) -> None:
-    if record["status"] == "ok":
+    if "node_rank" in record:
+        console.print(f"node {record['node_rank']}: this node's ranks ended {record['status']}"
+                      f"{': ' + record['error'] if record['error'] else ''}; node 0 records "
+                      "the cell")
+    elif record["status"] == "ok":
         console.print(
             f"ok: {record['images_per_sec']:.1f} images/sec on {record['total_devices']} "
             f"{record['device_type']} device(s), global batch {record['global_batch_size']}, "

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import time
 import uuid
 from pathlib import Path
 from typing import Dict, Optional
@@ -27,6 +28,8 @@ from scaling.store import ResultStore
 from scaling.workers.common import write_json_atomically
 
 PROJECT_ROOT = Path(scaling.__file__).resolve().parents[1]
+REPORT_GRACE_S = 30.0
+"""How long node 0 waits for the other nodes' rank reports after its own ranks ended."""
 
 
 def _read_reports(cell_dir: Path):
@@ -65,13 +68,14 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     its result record. ``placement`` defaults to every rank on this machine.
 
     The cell's files (spec, rank reports, launcher log, record) live in ``OUT/cells/CELL_ID/``.
+    Over several nodes that folder is shared (the same OUT on a shared file system): node 0
+    removes what an earlier attempt left, waits for every rank's report and makes the record;
+    the other nodes run their ranks and return a record of their part only, marked with
+    ``node_rank``, which is not stored.
     """
-    cell_dir = Path(out_dir) / "cells" / cell.cell_id
-    if cell_dir.exists():
-        shutil.rmtree(cell_dir)
-    cell_dir.mkdir(parents=True)
-    (cell_dir / "cell.json").write_text(json.dumps(cell.to_dict(), indent=2))
     launcher = get_launcher(cell.launcher)
+    placement = placement or local_placement(launcher.ranks_per_node(cell))
+    cell_dir = prepare_cell_dir(cell, out_dir, placement)
     framework = get_framework(cell.framework)
     python = python or framework.default_python()
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -79,7 +83,6 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     if missing is not None:
         return _record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
                        started_at, 0.0, token=None)
-    placement = placement or local_placement(launcher.ranks_per_node(cell))
     argv = launcher.command(cell, placement, str(cell_dir), python)
     env = {
         **os.environ,
@@ -91,12 +94,41 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         **(extra_env or {}),
     }
     token = uuid.uuid4().hex
+    log = "launcher.log" if placement.node_rank == 0 else f"launcher-node{placement.node_rank}.log"
     returncode, timed_out, wall_s = run_process_tree(
-        argv, env, token, str(cell_dir / "launcher.log"), cell.timeout_s,
+        argv, env, token, str(cell_dir / log), cell.timeout_s,
     )
+    if placement.node_rank > 0:
+        mine = range(placement.first_rank, placement.first_rank + placement.ranks_per_host)
+        reports = [r for r in _read_reports(cell_dir) if r["rank"] in mine]
+        outcome = summarize(reports, placement.ranks_per_host, returncode, timed_out,
+                            cell.timeout_s, first_rank=placement.first_rank)
+        return {"cell": cell.cell_id, "node_rank": placement.node_rank, **outcome}
+    expected = launcher.processes(cell)
+    if placement.nodes > 1 and not timed_out:
+        wait_for_reports(cell_dir, expected, REPORT_GRACE_S)
     reports = _read_reports(cell_dir)
-    outcome = summarize(reports, launcher.processes(cell), returncode, timed_out, cell.timeout_s)
+    outcome = summarize(reports, expected, returncode, timed_out, cell.timeout_s)
     return _record(cell, cell_dir, outcome, reports, started_at, wall_s, token)
+
+
+def prepare_cell_dir(cell: Cell, out_dir, placement: Placement) -> Path:
+    cell_dir = Path(out_dir) / "cells" / cell.cell_id
+    if placement.nodes == 1 and cell_dir.exists():
+        shutil.rmtree(cell_dir)
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    if placement.node_rank == 0:
+        for stale in [*cell_dir.glob("rank*.json"), cell_dir / "record.json"]:
+            stale.unlink(missing_ok=True)
+    write_json_atomically(cell_dir / "cell.json", cell.to_dict())
+    return cell_dir
+
+
+def wait_for_reports(cell_dir: Path, expected: int, grace_s: float) -> None:
+    """Give the other nodes' ranks, which end at the same barrier, time to write reports."""
+    deadline = time.monotonic() + grace_s
+    while len(list(cell_dir.glob("rank*.json"))) < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: str, wall_s: float,
@@ -128,6 +160,8 @@ def _record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: str,
 
 
 def run_and_record(cell: Cell, out_dir, **kwargs) -> Dict:
+    """Run the cell; the node that makes its record (node 0) adds it to the store."""
     record = run_cell(cell, out_dir, **kwargs)
-    ResultStore(out_dir).append(record)
+    if "node_rank" not in record:
+        ResultStore(out_dir).append(record)
     return record

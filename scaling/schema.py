@@ -46,6 +46,7 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "capped_memory_peak_bytes": "peak of the quantity that out-of-memory is decided on",
     "memory_capacity_bytes": "how much of that quantity the rank could have",
     "host": "host name of the reporting process",
+    "world_size": "processes in the cell (launchers that set WORLD_SIZE)",
 }
 """Fields of ``cells/CELL/rank{N}.json``; frameworks may add their own details."""
 

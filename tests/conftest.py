@@ -25,6 +25,18 @@ def read_records(out_dir) -> list:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def scaling_cli_ok(*args, **kwargs) -> subprocess.CompletedProcess:
+    """``scaling_cli`` for a command that must succeed."""
+    result = scaling_cli(*args, **kwargs)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def images_per_sec_from_reports(reports) -> float:
+    """Global images over the longest rank window, as the harness computes it."""
+    return sum(r["images"] for r in reports) / max(r["window_s"] for r in reports)
+
+
 def rank_reports(record) -> list:
     cell_dir = Path(record["log"]).parent
     return [json.loads(p.read_text()) for p in sorted(cell_dir.glob("rank*.json"))]

@@ -84,3 +84,40 @@ def test_several_nodes_need_a_rendezvous_and_a_multi_node_launcher():
                          "--workload", "cifar10", "--batch-size", 2, "--nodes", 2,
                          "--rendezvous", "node0:29500")
     assert_one_line_error(result, "tf-mirrored runs on one node")
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", 2,
+                         "--out", blocker / "sub")
+    assert_one_line_error(result, f"cannot create output folder {blocker / 'sub'}")
+    config = write_sweep(tmp_path / "sweep.yaml")
+    result = scaling_cli("sweep", config, "--out", blocker / "sub")
+    assert_one_line_error(result, "cannot create output folder")
+
+
+@pytest.mark.parametrize("endpoint", ["node0", "node0:", ":29500", "node0:99999", "a b:1"])
+def test_a_rendezvous_that_is_not_host_port_is_refused(endpoint):
+    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", 2, "--nodes", 2,
+                         "--rendezvous", endpoint)
+    assert_one_line_error(result, "--rendezvous takes host:port", repr(endpoint))
+
+
+@pytest.mark.parametrize("framework, smallest", [("torch", "1.00 GiB"), ("mxnet", "512.00 MiB")])
+def test_a_memory_limit_too_small_to_start_a_worker_names_the_smallest(framework, smallest):
+    result = scaling_cli(*RUN, "--framework", framework, "--workload", "cifar10",
+                         "--batch-size", 2, "--memory-limit", "100MiB")
+    assert_one_line_error(result, f"too small to start a {framework} worker",
+                          f"smallest that works is {smallest}")
+
+
+def test_more_cpu_threads_than_cores_is_refused_unless_allowed(tmp_path):
+    from scaling.hardware import cpu_cores
+
+    args = (*RUN, "--workload", "cifar10", "--batch-size", 2, "--image-size", 16,
+            "--devices", 2, "--threads-per-device", cpu_cores(), "--out", tmp_path)
+    assert_one_line_error(scaling_cli(*args), "measure contention, not scaling",
+                          "--allow-oversubscribe")
+    allowed = scaling_cli(*args, "--allow-oversubscribe")
+    assert allowed.returncode == 0, allowed.stderr

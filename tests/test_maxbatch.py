@@ -30,7 +30,7 @@ def run_cell(out_dir, devices, batch):
                          "--batch-size", batch, "--steps", 3, "--warmup", 1,
                          "--device-type", "cpu", "--memory-limit", CAP, "--timeout", 300,
                          "--out", out_dir)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode in (0, 1), result.stderr
     return next(r for r in read_records(out_dir) if r["batch_size"] == batch
                 and r["devices"] == devices)
 
@@ -125,5 +125,5 @@ def test_tensorflow_found_batch_runs_and_the_next_size_up_runs_out_of_memory(tmp
     for batch, status in ((best, "ok"), (best + 8, "oom")):
         ran = scaling_cli("run", *tf_cell, "--batch-size", batch, "--steps", 3, "--warmup", 1,
                           "--out", check)
-        assert ran.returncode == 0, ran.stderr
+        assert ran.returncode == (0 if status == "ok" else 1), ran.stderr
         assert read_records(check)[-1]["status"] == status

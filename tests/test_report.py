@@ -8,16 +8,19 @@ import json
 import pytest
 
 from conftest import scaling_cli
-from scaling.report import speedup_vs_linear, with_scaling
+from scaling.report import series_key, speedup_vs_linear, with_scaling
+from scaling.schema import CSV_COLUMNS
 
 
-def record(devices, ips, status="ok", batch=32, repeat=0, workload="resnet50"):
+def record(devices, ips, status="ok", batch=32, repeat=0, workload="resnet50", purpose="sweep",
+           options=None, version="2.14.1"):
     return {
-        "cell": f"{workload}-{devices}-{batch}-{repeat}-{status}", "purpose": "sweep",
+        "cell": f"{workload}-{devices}-{batch}-{repeat}-{status}-{purpose}-{options}-{version}",
+        "purpose": purpose, "versions": {"torch": version} if status != "crashed" else None,
         "framework": "torch", "launcher": "torchrun", "workload": workload,
         "device_type": "gpu", "devices": devices, "nodes": 1, "total_devices": devices,
         "batch_size": batch, "global_batch_size": batch * devices, "image_size": 224,
-        "repeat": repeat, "options": {}, "status": status,
+        "repeat": repeat, "options": options or {}, "status": status,
         "error": None if status == "ok" else "rank 0: CUDA out of memory",
         "images_per_sec": ips if status == "ok" else None,
     }
@@ -51,6 +54,45 @@ def test_baseline_is_the_median_of_repeats():
 def test_missing_baseline_gives_no_speedup_rather_than_zero():
     rows = with_scaling([record(1, 0, status="oom"), record(2, 190.0)])
     assert [(r["speedup"], r["efficiency"]) for r in rows] == [(None, None), (None, None)]
+
+
+def test_max_batch_trials_never_enter_a_baseline():
+    rows = with_scaling([record(1, 100.0), record(1, 50.0, purpose="maxbatch"),
+                         record(2, 180.0)])
+    assert [r["purpose"] for r in rows] == ["sweep", "sweep"]
+    assert rows[-1]["baseline_images_per_sec"] == 100.0
+    assert rows[-1]["speedup"] == pytest.approx(1.8)
+
+
+def test_two_option_sets_or_versions_stay_two_curves():
+    rows = with_scaling([record(1, 100.0), record(2, 180.0),
+                         record(1, 200.0, options={"xla": True}),
+                         record(2, 300.0, options={"xla": True}),
+                         record(1, 50.0, version="2.15.0"), record(2, 95.0, version="2.15.0")])
+    assert len({series_key(r) for r in rows}) == 3
+    assert [r["speedup"] for r in rows if r["devices"] == 2] == pytest.approx([1.8, 1.5, 1.9])
+
+
+def test_a_cell_without_versions_joins_its_curve():
+    rows = with_scaling([record(1, 100.0), record(2, 0, status="crashed")])
+    assert len({series_key(r) for r in rows}) == 1
+    assert rows[1]["framework_version"] == "2.14.1"
+
+
+def test_report_table_keeps_option_sets_apart(tmp_path):
+    records = [record(1, 100.0), record(1, 200.0, options={"xla": True})]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = scaling_cli("report", tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if "torchrun" in line]
+    assert len(rows) == 2 and any('{"xla": true}' in line for line in rows)
+
+
+def test_csv_columns_are_the_schema_columns(tmp_path):
+    (tmp_path / "results.jsonl").write_text(json.dumps(record(1, 100.0)) + "\n")
+    scaling_cli("report", tmp_path)
+    with open(tmp_path / "results.csv") as table:
+        assert next(csv.reader(table)) == CSV_COLUMNS
 
 
 def test_report_command_writes_csv_and_marks_failures(tmp_path):

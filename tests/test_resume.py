@@ -48,13 +48,3 @@ def test_sigkilled_sweep_resumes_without_lost_or_repeated_cells(tmp_path, out_di
     assert set(counts) == expected
     assert set(counts.values()) == {1}
     assert all(r["status"] == "ok" for r in read_records(out_dir))
-
-
-def test_a_line_cut_short_by_a_kill_is_dropped_and_overwritten(tmp_path):
-    store = ResultStore(tmp_path)
-    store.append({"cell": "a", "status": "ok"})
-    with open(store.path, "a") as results:
-        results.write('{"cell": "b", "sta')
-    assert list(store.done()) == ["a"]
-    store.append({"cell": "b", "status": "ok"})
-    assert [r["cell"] for r in store.records()] == ["a", "b"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import rank_reports, read_records, scaling_cli
+from conftest import images_per_sec_from_reports, rank_reports, read_records, scaling_cli
+from scaling.schema import RANK_REPORT_FIELDS, RECORD_FIELDS
 
 
 def run_one(out_dir, workload, devices=1, batch=4, size=16, steps=3, extra=()):
@@ -28,13 +29,17 @@ def test_cifar10_under_torchrun_reports_global_throughput(out_dir, devices):
 
     reports = rank_reports(record)
     assert sorted(r["rank"] for r in reports) == list(range(devices))
-    window = max(r["end"] for r in reports) - min(r["start"] for r in reports)
-    assert record["images_per_sec"] == pytest.approx(8 * 5 * devices / window)
+    assert sum(r["images"] for r in reports) == 8 * 5 * devices
+    assert record["images_per_sec"] == pytest.approx(images_per_sec_from_reports(reports))
+    assert record["timed_window_s"] == max(r["window_s"] for r in reports)
     assert 0 < record["step_time_median_s"] <= record["step_time_p95_s"]
     assert record["peak_memory_bytes"] == max(r["peak_memory_bytes"] for r in reports)
     assert record["versions"]["torch"]
     for key in ("host", "cpu_model", "harness_version", "started_at", "device_name"):
         assert record[key]
+    assert set(record) == set(RECORD_FIELDS)
+    for report in reports:
+        assert set(report) <= set(RANK_REPORT_FIELDS)
 
 
 @pytest.mark.parametrize("workload, size, params", [

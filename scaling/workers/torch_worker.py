@@ -85,10 +85,12 @@ class TorchSession:
         """Peak memory, and the peak and capacity of the memory that OOM is decided on."""
         if not self.is_gpu:
             return {"peak_memory_bytes": common.peak_rss_bytes(), **common.cpu_memory_headroom()}
+        # The allocated peak is the demand, which grows with the batch up to the limit; the
+        # reserved peak stops growing near it (the allocator frees its cache and retries).
         cuda = self.torch.cuda
         free, _ = cuda.mem_get_info(self.device)
-        return {"peak_memory_bytes": cuda.max_memory_allocated(self.device),
-                "capped_memory_peak_bytes": cuda.max_memory_reserved(self.device),
+        peak = cuda.max_memory_allocated(self.device)
+        return {"peak_memory_bytes": peak, "capped_memory_peak_bytes": peak,
                 "memory_capacity_bytes": free + cuda.memory_reserved(self.device)}
 
     def _device_name(self) -> str:

@@ -1,0 +1,29 @@
+"""A cell's id is a hash of what it measures, stable across harness versions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from scaling.cell import SINCE_DEFAULT, Cell, make_cell
+
+KNOWN = dict(framework="torch", launcher="torchrun", workload="cifar10", devices=2,
+             batch_size=8, image_size=32, steps=5, warmup=1, device_type="cpu",
+             threads_per_device=1)
+
+
+def test_the_id_of_a_known_cell_never_changes():
+    assert make_cell(**KNOWN).cell_id == "6f76d7ebda8dbfd3"
+
+
+def test_the_timeout_is_not_part_of_the_identity():
+    assert make_cell(**KNOWN, timeout_s=5).cell_id == make_cell(**KNOWN).cell_id
+
+
+def test_a_field_added_with_a_default_keeps_older_ids():
+    Later = dataclasses.make_dataclass(
+        "Later", [("mode", str, dataclasses.field(default="train",
+                                                  metadata={"identity": SINCE_DEFAULT}))],
+        bases=(Cell,), frozen=True)
+    old = make_cell(**KNOWN)
+    assert Later(**old.to_dict()).cell_id == old.cell_id
+    assert Later(**old.to_dict(), mode="forward").cell_id != old.cell_id

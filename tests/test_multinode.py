@@ -1,0 +1,36 @@
+"""A cell over several nodes: the same command on each node, a rendezvous, one record.
+
+Two "nodes" here are two harness processes on this machine sharing one output folder, as
+nodes share one over a network file system.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import images_per_sec_from_reports, rank_reports, read_records
+from scaling.placement import free_port_block
+
+
+def test_two_nodes_make_one_record_that_counts_both_nodes_images(out_dir):
+    port = free_port_block(1)
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "scaling", "run", "--workload", "cifar10", "--devices", "1",
+         "--threads-per-device", "1", "--batch-size", "8", "--image-size", "32", "--steps", "5",
+         "--warmup", "1", "--device-type", "cpu", "--nodes", "2", "--node-rank", str(rank),
+         "--rendezvous", f"127.0.0.1:{port}", "--timeout", "180", "--out", str(out_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert "node 1: this node's ranks ended ok; node 0 records the cell" in outputs[1][0]
+
+    [record] = read_records(out_dir)
+    assert record["status"] == "ok", record["error"]
+    assert (record["nodes"], record["total_devices"]) == (2, 2)
+    reports = rank_reports(record)
+    assert sorted(r["rank"] for r in reports) == [0, 1]
+    assert record["timed_images"] == 8 * 5 * 2
+    assert record["images_per_sec"] == pytest.approx(images_per_sec_from_reports(reports))

@@ -1,0 +1,76 @@
+"""Adding a launcher is one module and its registration: no core file changes.
+
+The launcher below starts PyTorch workers without torchrun: the harness's own spawner gives
+each process its rank, and torch's env:// rendezvous meets on the placement's port. The cell
+still gets the shared timed loop, the rank reports and the record.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import pytest
+
+from conftest import images_per_sec_from_reports, rank_reports, scaling_cli_ok
+from scaling.cell import make_cell
+from scaling.errors import ScalingError
+from scaling.execute import run_and_record
+from scaling.launchers import (LAUNCHERS, Launcher, register_launcher, thread_env,
+                               worker_argv)
+from scaling.store import ResultStore
+
+
+@pytest.fixture(scope="module")
+def spawn_launcher():
+    @register_launcher
+    class TorchSpawn(Launcher):
+        name = "torch-spawn"
+        frameworks = ("torch",)
+
+        def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
+            return [python, "-m", "scaling.workers.spawn",
+                    "--workers", ",".join(placement.rank_endpoints()),
+                    "--processes", str(placement.ranks_per_host), "--",
+                    *worker_argv(python, cell, cell_dir)]
+
+        def env(self, cell, placement) -> Dict[str, str]:
+            return {**thread_env(cell.threads_per_device),
+                    "MASTER_ADDR": placement.rendezvous_host,
+                    "MASTER_PORT": str(placement.rendezvous_port)}
+
+    yield LAUNCHERS["torch-spawn"]
+    del LAUNCHERS["torch-spawn"]
+
+
+def test_a_launcher_registered_from_outside_runs_a_real_cell(spawn_launcher, out_dir):
+    cell = make_cell(framework="torch", launcher="torch-spawn", workload="cifar10", devices=2,
+                     batch_size=4, image_size=32, steps=3, warmup=1, device_type="cpu",
+                     timeout_s=120)
+    record = run_and_record(cell, out_dir)
+    assert record["status"] == "ok", record["error"]
+    assert record["launcher"] == "torch-spawn"
+    reports = rank_reports(record)
+    assert sorted(r["rank"] for r in reports) == [0, 1]
+    assert all(r["world_size"] == 2 for r in reports)
+    assert record["images_per_sec"] == pytest.approx(images_per_sec_from_reports(reports))
+    assert ResultStore(out_dir).done()[cell.cell_id]["status"] == "ok"
+
+
+def test_a_launcher_refuses_frameworks_it_does_not_start(spawn_launcher):
+    with pytest.raises(ScalingError, match="does not start tensorflow; tensorflow launchers: "
+                                           "tf-mirrored, tf-multiworker"):
+        make_cell(framework="tensorflow", launcher="torch-spawn", workload="cifar10",
+                  devices=1, batch_size=4, device_type="cpu")
+
+
+def test_registering_a_name_twice_is_refused(spawn_launcher):
+    with pytest.raises(ValueError, match="registered twice"):
+        register_launcher(type(spawn_launcher))
+
+
+def test_a_framework_without_launcher_runs_under_its_default(out_dir):
+    scaling_cli_ok("run", "--framework", "tensorflow", "--workload", "cifar10",
+                   "--batch-size", 4, "--steps", 2, "--warmup", 1, "--device-type", "cpu",
+                   "--out", out_dir)
+    [record] = ResultStore(out_dir).records()
+    assert (record["launcher"], record["status"]) == ("tf-mirrored", "ok")

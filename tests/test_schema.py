@@ -1,0 +1,14 @@
+"""One schema: the README documents every record field and status that the harness writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scaling.schema import RECORD_FIELDS, SCALING_FIELDS, STATUSES
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_the_readme_lists_every_record_field_and_status():
+    for name in [*RECORD_FIELDS, *SCALING_FIELDS, *STATUSES]:
+        assert f"`{name}`" in README, name
