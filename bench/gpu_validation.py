@@ -1,21 +1,26 @@
 """Validate the CUDA paths on one real GPU and measure them, through the real command line.
 
-    PYTHONPATH=. python3 bench/gpu_validation.py --out runs/gpu --output bench/results/gpu-h100.json
+    PYTHONPATH=. python3 bench/gpu_validation.py --part throughput --output bench/results/gpu-h100.json
+    PYTHONPATH=. python3 bench/gpu_validation.py --part maxbatch --output bench/results/gpu-h100.json
 
-Steps, each a real ``scaling`` command:
+``throughput``:
 1. ``scaling devices``: the GPU with the nvidia-smi fields;
-2. ResNet-50 at 224 under torchrun on one GPU, batch 64 and 128 (the timed window between
-   barriers, CUDA events for step times);
-3. a batch that cannot fit, in a sweep with cells after it: it must end ``oom`` and the next
-   cells must still run;
-4. ``scaling maxbatch`` on the GPU's real memory, then, outside the finder, the answer b run again
-   (must be ``ok``) and b + 1 (must be ``oom``).
-The records and the checks go to ``--output`` as JSON.
+2. a sweep of ResNet-50 at 224 under torchrun on one GPU whose first batch cannot fit: it must
+   end ``oom`` and the cells after it (batch 64 and 128, fp32) must still run;
+3. the same batches with ``amp`` + ``channels_last``, then with ``cudnn_benchmark`` too, then
+   batch 128 with ``compile`` as well;
+4. AlexNet at 224, batch 128: ``forward``, ``forward_backward`` and ``train`` seconds per batch.
+
+``maxbatch``: ``scaling maxbatch`` on the GPU's real memory, then, outside the finder, the answer
+b run again (must be ``ok``) and b + 1 (must be ``oom``).
+
+Each part adds its records and checks to the ``--output`` JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import subprocess
 import sys
@@ -24,10 +29,12 @@ from pathlib import Path
 
 import yaml
 
-RECORD_KEYS = ("workload", "image_size", "batch_size", "total_devices", "status", "error",
-               "images_per_sec", "step_time_median_s", "step_time_p95_s", "peak_memory_bytes",
-               "capped_memory_peak_bytes", "memory_capacity_bytes", "device_name", "versions",
-               "timed_window_s", "wall_s", "options")
+RECORD_KEYS = ("workload", "mode", "image_size", "batch_size", "total_devices", "options",
+               "status", "error", "images_per_sec", "step_time_median_s", "step_time_p95_s",
+               "peak_memory_bytes", "capped_memory_peak_bytes", "memory_capacity_bytes",
+               "device_name", "versions", "timed_window_s", "wall_s")
+RESNET = ("--workload", "resnet50", "--image-size", 224, "--devices", 1, "--device-type", "gpu")
+AMP_CL = ("--option", "amp=true", "--option", "channels_last=true")
 
 
 def scaling(*args, check_codes=(0,)) -> subprocess.CompletedProcess:
@@ -47,8 +54,52 @@ def records(out_dir: Path) -> list:
     return [{k: r.get(k) for k in RECORD_KEYS} for r in map(json.loads, lines)]
 
 
+def throughput(args) -> dict:
+    results = {"devices": scaling("devices").stdout}
+    sweep = args.out / "resnet50.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "name": "gpu-resnet50", "device_type": "gpu",
+        "frameworks": {"torch": {"launchers": ["torchrun"]}}, "workloads": ["resnet50"],
+        "devices": [1], "batch_sizes": [args.oom_batch, 64, 128], "image_size": 224,
+        "steps": args.steps, "warmup": args.warmup, "timeout_s": 300,
+    }))
+    cells = args.out / "cells"
+    scaling("sweep", sweep, "--out", cells, "--resume")
+    timed = ("--steps", args.steps, "--warmup", args.warmup, "--out", cells)
+    for batch in (64, 128):
+        scaling("run", *RESNET, "--batch-size", batch, *AMP_CL, *timed)
+        scaling("run", *RESNET, "--batch-size", batch, *AMP_CL,
+                "--option", "cudnn_benchmark=true", *timed)
+    scaling("run", *RESNET, "--batch-size", 128, *AMP_CL, "--option", "cudnn_benchmark=true",
+            "--option", "compile=true", "--timeout", 600, *timed)
+    for mode in ("forward", "forward_backward", "train"):
+        scaling("run", "--workload", "alexnet", "--devices", 1, "--device-type", "gpu",
+                "--batch-size", 128, "--mode", mode, *timed)
+    results["cells"] = records(cells)
+    return results
+
+
+def maxbatch(args) -> dict:
+    search = args.out / "maxbatch"
+    scaling("maxbatch", *RESNET, "--min", args.maxbatch_min, "--multiple-of", 1,
+            "--out", search)
+    with open(search / "maxbatch.csv") as table:
+        answer = next(csv.DictReader(table))
+    best = int(answer["max_batch"])
+    check = args.out / "maxbatch-check"
+    for batch in (best, best + 1):
+        scaling("run", *RESNET, "--batch-size", batch, "--steps", 3, "--warmup", 1,
+                "--out", check, check_codes=(0, 1))
+    return {"maxbatch": answer,
+            "maxbatch_trials": [{k: r[k] for k in ("batch_size", "status", "wall_s",
+                                                   "capped_memory_peak_bytes")}
+                                for r in records(search)],
+            "maxbatch_check": records(check)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("throughput", "maxbatch"), required=True)
     parser.add_argument("--out", type=Path, default=Path("runs/gpu"))
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=50)
@@ -56,40 +107,9 @@ def main() -> None:
     parser.add_argument("--oom-batch", type=int, default=4096)
     parser.add_argument("--maxbatch-min", type=int, default=256)
     args = parser.parse_args()
-    results = {"devices": scaling("devices").stdout}
-
-    throughput_dir = args.out / "resnet50"
-    sweep = args.out / "resnet50.yaml"
     args.out.mkdir(parents=True, exist_ok=True)
-    sweep.write_text(yaml.safe_dump({
-        "name": "gpu-resnet50", "device_type": "gpu",
-        "frameworks": {"torch": {"launchers": ["torchrun"]}}, "workloads": ["resnet50"],
-        "devices": [1], "batch_sizes": [args.oom_batch, 64, 128], "image_size": 224,
-        "steps": args.steps, "warmup": args.warmup, "timeout_s": 300,
-    }))
-    scaling("sweep", sweep, "--out", throughput_dir, "--resume")
-    results["resnet50_fp32"] = records(throughput_dir)
-
-    search_dir = args.out / "maxbatch"
-    scaling("maxbatch", "--workload", "resnet50", "--image-size", 224, "--devices", 1,
-            "--device-type", "gpu", "--min", args.maxbatch_min, "--multiple-of", 1,
-            "--out", search_dir)
-    found = [json.loads(line) for line in (search_dir / "results.jsonl").read_text().splitlines()]
-    results["maxbatch_trials"] = [{k: r.get(k) for k in ("batch_size", "status", "wall_s",
-                                                        "capped_memory_peak_bytes")}
-                                  for r in found]
-    import csv
-
-    with open(search_dir / "maxbatch.csv") as table:
-        answer = next(csv.DictReader(table))
-    results["maxbatch"] = answer
-    best = int(answer["max_batch"])
-    check_dir = args.out / "maxbatch-check"
-    for batch in (best, best + 1):
-        scaling("run", "--workload", "resnet50", "--image-size", 224, "--devices", 1,
-                "--device-type", "gpu", "--batch-size", batch, "--steps", 3, "--warmup", 1,
-                "--out", check_dir, check_codes=(0, 1))
-    results["maxbatch_check"] = records(check_dir)
+    results = json.loads(args.output.read_text()) if args.output.exists() else {}
+    results[args.part] = (throughput if args.part == "throughput" else maxbatch)(args)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2) + "\n")
 

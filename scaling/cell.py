@@ -16,6 +16,9 @@ from scaling.units import format_bytes
 from workloads import UnknownWorkload, get_workload
 
 DEVICE_TYPES = ("auto", "gpu", "cpu")
+MODES = ("train", "forward", "forward_backward")
+"""What a step does: ``train`` (forward, backward, optimizer step), ``forward`` (inference mode,
+no gradient) or ``forward_backward`` (loss and backward, no optimizer step)."""
 
 NOT_IDENTITY = {"timeout_s"}
 """Fields that do not change what is measured, so they stay out of the cell's identity."""
@@ -52,6 +55,8 @@ class Cell:
     options: Dict[str, Any] = field(default_factory=dict)
     """Framework-specific options (recorded and part of the identity)."""
     timeout_s: float = 600.0
+    mode: str = field(default="train", metadata={"identity": SINCE_DEFAULT})
+    """One of :data:`MODES`."""
 
     @property
     def total_devices(self) -> int:
@@ -114,6 +119,7 @@ def make_cell(
     purpose: str = "sweep",
     options: Optional[Dict[str, Any]] = None,
     timeout_s: float = 600.0,
+    mode: str = "train",
     allow_oversubscribe: bool = False,
 ) -> Cell:
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
@@ -136,6 +142,8 @@ def make_cell(
     for name, value in (("devices", devices), ("batch size", batch_size), ("steps", steps),
                         ("nodes", nodes)):
         _positive(name, value)
+    if mode not in MODES:
+        raise ScalingError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ScalingError(f"warmup must be a non-negative integer, got {warmup!r}")
     if timeout_s <= 0:
@@ -169,7 +177,7 @@ def make_cell(
         batch_size=batch_size, image_size=size, steps=steps, warmup=warmup,
         device_type=resolved_type, threads_per_device=threads_per_device, nodes=nodes,
         memory_limit=memory_limit, repeat=repeat, purpose=purpose, options=dict(options or {}),
-        timeout_s=float(timeout_s),
+        timeout_s=float(timeout_s), mode=mode,
     )
 
 

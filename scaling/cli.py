@@ -14,7 +14,7 @@ from rich.table import Table
 
 from scaling import __version__, hardware
 from scaling.batchsearch import STRATEGIES
-from scaling.cell import DEVICE_TYPES, make_cell, resolve_device_type
+from scaling.cell import DEVICE_TYPES, MODES, make_cell, resolve_device_type
 from scaling.errors import ScalingError
 from scaling.frameworks import FRAMEWORKS, framework_names
 from scaling.launchers import LAUNCHERS, get_launcher
@@ -96,8 +96,9 @@ def parse_options(pairs) -> dict:
     return options
 
 
-OPTION_HELP = ("Framework option KEY=VALUE, repeatable (TensorFlow: xla, mixed_precision; "
-               "MXNet under mxnet-kvstore: kvstore).")
+OPTION_HELP = ("Framework option KEY=VALUE, repeatable (torch: amp=true|fp16|bf16, "
+               "channels_last, compile, cudnn_benchmark; TensorFlow: xla, mixed_precision; "
+               "MXNet: amp, and kvstore under mxnet-kvstore).")
 
 
 def prepare_out_dir(out_dir: str) -> None:
@@ -151,6 +152,9 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
                      help=f"Timed steps per {what}."),
         click.option("--warmup", type=int, default=warmup, show_default=True,
                      help="Untimed steps first."),
+        click.option("--mode", type=click.Choice(MODES), default="train", show_default=True,
+                     help="train: forward, backward and optimizer step; forward: inference "
+                          "only; forward_backward: no optimizer step."),
         click.option("--device-type", type=click.Choice(DEVICE_TYPES), default="auto",
                      show_default=True, help="auto: GPUs if there are any, else CPU workers."),
         click.option("--threads-per-device", type=int,

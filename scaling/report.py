@@ -30,7 +30,8 @@ def reported_version(record: Dict) -> str:
 def _curve_fields(record: Dict) -> Tuple:
     return (record["framework"], record["launcher"], record["workload"], record["batch_size"],
             record["image_size"], record["device_type"],
-            json.dumps(record.get("options") or {}, sort_keys=True))
+            json.dumps(record.get("options") or {}, sort_keys=True),
+            record.get("mode", "train"))
 
 
 def with_framework_versions(records: List[Dict]) -> List[Dict]:
@@ -72,10 +73,12 @@ def baselines(rows: List[Dict]) -> Dict[Tuple, float]:
 
 def curve_label(key: Tuple) -> str:
     """``torch 2.14.1 / torchrun, batch 16 {"xla": true}, 2 nodes`` for a series key."""
-    framework, version, launcher, _, batch, _, _, options, nodes = key
+    framework, version, launcher, _, batch, _, _, options, mode, nodes = key
     label = f"{framework} {version}".strip() + f" / {launcher}, batch {batch}"
     if options != "{}":
         label += f" {options}"
+    if mode != "train":
+        label += f", {mode}"
     return label + (f", {nodes} nodes" if nodes > 1 else "")
 
 
@@ -114,15 +117,21 @@ def write_csv(rows: List[Dict], path) -> None:
 
 
 def _cell_text(group: List[Dict]) -> str:
+    """Median images/sec with speedup and efficiency, plus seconds per batch for modes other
+    than ``train`` (as the forward-only reference tables give them); or the status."""
     ok = [row for row in group if row["status"] == "ok"]
     if not ok:
         return group[0]["status"].upper()
-    ips = statistics.median(row["images_per_sec"] for row in ok)
+    text = f"{statistics.median(row['images_per_sec'] for row in ok):,.1f}"
     speedups = [row["speedup"] for row in ok if row["speedup"] is not None]
-    if not speedups:
-        return f"{ips:,.1f} (no baseline)"
-    speedup = statistics.median(speedups)
-    return f"{ips:,.1f} ({speedup:.2f}x, {speedup / ok[0]['total_devices']:.0%})"
+    if speedups:
+        speedup = statistics.median(speedups)
+        text += f" ({speedup:.2f}x, {speedup / ok[0]['total_devices']:.0%})"
+    else:
+        text += " (no baseline)"
+    if ok[0].get("mode", "train") != "train":
+        text += f" {statistics.median(row['step_time_median_s'] for row in ok):.4f} s/batch"
+    return text
 
 
 def scaling_tables(rows: List[Dict]) -> List[Table]:

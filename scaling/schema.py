@@ -47,6 +47,8 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "memory_capacity_bytes": "how much of that quantity the rank could have",
     "host": "host name of the reporting process",
     "world_size": "processes in the cell (launchers that set WORLD_SIZE)",
+    "amp_dtype": "the autocast dtype under mixed precision, or null",
+    "compile_s": "seconds that compilation took, before the warm-up",
 }
 """Fields of ``cells/CELL/rank{N}.json``; frameworks may add their own details."""
 
@@ -70,6 +72,7 @@ RECORD_FIELDS: Dict[str, str] = {
     "memory_limit": "per-device memory cap on CPU, bytes",
     "options": "framework options",
     "timeout_s": "seconds before the process tree is killed",
+    "mode": "train, forward (inference) or forward_backward (no optimizer step)",
     "status": "one of " + ", ".join(STATUSES),
     "error": "one-line reason when not ok",
     "params": "trainable parameters",
@@ -106,7 +109,7 @@ SCALING_FIELDS: Dict[str, str] = {
 """Columns that ``scaling report`` adds to each sweep record."""
 
 CSV_COLUMNS = [
-    "cell", "framework", "launcher", "workload", "device_type", "devices", "nodes",
+    "cell", "framework", "launcher", "workload", "mode", "device_type", "devices", "nodes",
     "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
     "images_per_sec", *SCALING_FIELDS, "step_time_median_s", "step_time_p95_s",
     "peak_memory_bytes", "params", "error", "steps", "warmup", "threads_per_device",

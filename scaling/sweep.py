@@ -63,6 +63,8 @@ class SweepConfig:
     nodes: int = 1
     image_size: Optional[int] = None
     """Square input side; the workload's nominal size when omitted."""
+    modes: List[str] = field(default_factory=lambda: ["train"])
+    """What each step does: ``train``, ``forward`` or ``forward_backward``; an axis."""
     steps: int = 20
     warmup: int = 5
     repeats: int = 1
@@ -119,8 +121,9 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
                                    f"{', '.join(launchers_of(name))}")
         sections[name] = FrameworkSection(**{**section, "launchers": launchers})
     values = {**data, "frameworks": sections}
-    for key in ("workloads", "batch_sizes"):
-        values[key] = _as_list(data[key], key, where)
+    for key in ("workloads", "batch_sizes", "modes"):
+        if key in data:
+            values[key] = _as_list(data[key], key, where)
     for batch in values["batch_sizes"]:
         if isinstance(batch, str) and not SYMBOLIC_BATCH.fullmatch(batch):
             raise ScalingError(f"{where}: batch size {batch!r} is neither a number nor max or "
@@ -192,10 +195,10 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
     cells = []
     for framework, section in config.frameworks.items():
         combos = itertools.product(
-            section.launchers, config.workloads, config.batch_sizes,
+            section.launchers, config.workloads, config.modes, config.batch_sizes,
             device_counts(config.devices, device_type), range(config.repeats),
         )
-        for launcher, workload, batch, devices, repeat in combos:
+        for launcher, workload, mode, batch, devices, repeat in combos:
             batch_size = resolve_batch(
                 batch, (max_batches or {}).get((framework, launcher, workload, devices)),
                 config.maxbatch.multiple_of if config.maxbatch else 1)
@@ -207,6 +210,7 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                 warmup=config.warmup, device_type=device_type,
                 threads_per_device=config.threads_per_device, nodes=config.nodes,
                 memory_limit=memory_limit, repeat=repeat, options=section.options,
-                timeout_s=config.timeout_s, allow_oversubscribe=config.allow_oversubscribe,
+                timeout_s=config.timeout_s, mode=mode,
+                allow_oversubscribe=config.allow_oversubscribe,
             ))
     return cells

@@ -12,6 +12,7 @@ register_framework(Framework(
                   "&& .venv-mxnet/bin/pip install mxnet==1.9.1 'numpy<1.24')"),
     worker="scaling.workers.mxnet_worker",
     default_launcher="mxnet-kvstore",
+    options={"amp": bool},
     # One engine worker thread per CPU context, each op using the device's threads.
     env={"MXNET_CPU_WORKER_NTHREADS": "1", "MXNET_ENGINE_TYPE": "ThreadedEnginePerDevice"},
     python_env_var="SCALING_MXNET_PYTHON",

@@ -84,9 +84,9 @@ def check_options(launcher: Launcher, framework: str, options: Dict) -> None:
                                f"valid options: {valid}")
         allowed = valid_options[key]
         if isinstance(allowed, tuple):
-            if value not in allowed:
-                raise ScalingError(f"option {key} takes one of {', '.join(allowed)}; "
-                                   f"got {value!r}")
+            if not any(type(value) is type(choice) and value == choice for choice in allowed):
+                raise ScalingError(f"option {key} takes one of "
+                                   f"{', '.join(str(v).lower() for v in allowed)}; got {value!r}")
         elif not isinstance(value, allowed):
             raise ScalingError(f"option {key} takes a {allowed.__name__}, got {value!r}")
 

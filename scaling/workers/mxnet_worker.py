@@ -3,13 +3,22 @@
 Runs under MXNet's own interpreter, so it imports only the standard library, MXNet and the
 workload definitions. The global batch is split across contexts once with ``split_and_load``.
 MXNet's engine is asynchronous: every step ends with ``mx.nd.waitall()``, and errors raised
-inside the engine surface there, inside the report.
+inside the engine surface there, inside the report. Option ``amp``: ``mxnet.contrib.amp`` with
+float16 on GPU and bfloat16 on CPU, with a dynamic loss scale. Modes: ``forward`` runs the
+network outside ``autograd.record``; ``forward_backward`` computes gradients and does not step.
 """
 
 from __future__ import annotations
 
 from scaling.workers import common
 from scaling.workers.loop import run_worker
+
+
+def cpu_has_bf16() -> bool:
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next((line.split(":", 1)[1].split() for line in cpuinfo
+                      if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 class MxnetSession:
@@ -22,7 +31,17 @@ class MxnetSession:
         from workloads import get_workload
 
         self.mx, self.autograd = mx, autograd
+        self.mode = cell["mode"]
         self.gpu = cell["device_type"] == "gpu"
+        self.amp = None
+        if cell["options"].get("amp"):
+            if not self.gpu and not cpu_has_bf16():
+                raise RuntimeError("MXNet amp on CPU runs bfloat16 oneDNN kernels, which need a "
+                                   "CPU with AVX512-BF16 or AMX-BF16; this one has neither")
+            from mxnet.contrib import amp
+
+            amp.init(target_dtype="float16" if self.gpu else "bfloat16")
+            self.amp = amp
         self.contexts = [mx.gpu(i) if self.gpu else mx.cpu(i) for i in range(cell["devices"])]
         kvstore = cell["options"].get("kvstore", "device" if self.gpu else "local")
         workload = get_workload(cell["workload"])
@@ -34,6 +53,8 @@ class MxnetSession:
         self.net.hybridize(static_alloc=True, static_shape=True)
         self.trainer = gluon.Trainer(self.net.collect_params(), "sgd",
                                      {"learning_rate": 0.01, "momentum": 0.9}, kvstore=kvstore)
+        if self.amp:
+            self.amp.init_trainer(self.trainer)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
         self.images = gluon.utils.split_and_load(
             mx.nd.random.uniform(shape=(self.images_per_step, 3, size, size)), self.contexts)
@@ -47,11 +68,19 @@ class MxnetSession:
         )
 
     def step(self) -> None:
+        if self.mode == "forward":
+            for x in self.images:
+                self.net(x)
+            self.mx.nd.waitall()
+            return
         with self.autograd.record():
             losses = [self.loss_fn(self.net(x), y) for x, y in zip(self.images, self.labels)]
-        for loss in losses:
-            loss.backward()
-        self.trainer.step(self.images_per_step)
+            if self.amp:
+                with self.amp.scale_loss(losses, self.trainer) as scaled:
+                    losses = scaled
+        self.autograd.backward(losses)
+        if self.mode == "train":
+            self.trainer.step(self.images_per_step)
         self.mx.nd.waitall()
 
     def synchronize(self) -> None:

@@ -3,7 +3,9 @@
 Under ``tf-mirrored`` it drives N devices with MirroredStrategy; under ``tf-multiworker`` it is
 one worker of a MultiWorkerMirroredStrategy cluster described by TF_CONFIG. The step is a
 ``tf.function`` run through ``strategy.run``; warm-up covers tracing and compilation. Each step's
-loss is materialized on the host, which also synchronizes the devices.
+loss is materialized on the host, which also synchronizes the devices. Modes: ``forward`` runs
+the model with ``training=False`` and no tape; ``forward_backward`` computes the gradients and
+applies none.
 """
 
 from __future__ import annotations
@@ -94,6 +96,11 @@ class TensorFlowSession:
 
         self.tf = tf
         options = cell["options"]
+        if options.get("xla") and options.get("mixed_precision") and cell["device_type"] == "cpu":
+            raise RuntimeError(
+                "xla and mixed_precision together do not run on CPU: XLA's CPU compiler refuses "
+                "the mixed float16/float32 ops of mixed_float16 ('Seen floating point types of "
+                "different precisions ... but mixed precision is disallowed'); use one of them")
         self.devices = configure_devices(tf, cell, local_devices)
         strategy = make_strategy(tf, cell, self.devices)
 
@@ -135,13 +142,20 @@ class TensorFlowSession:
         images, labels = strategy.experimental_distribute_values_from_function(synthetic)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
+        mode = cell["mode"]
+
         def replica_step(x, y):
+            if mode == "forward":
+                return tf.reduce_sum(tf.cast(model(x, training=False), tf.float32))
             with tf.GradientTape() as tape:
                 logits = tf.cast(model(x, training=True), tf.float32)
                 loss = tf.nn.compute_average_loss(loss_fn(y, logits),
                                                   global_batch_size=global_batch)
                 scaled = optimizer.scale_loss(loss) if options.get("mixed_precision") else loss
             grads = tape.gradient(scaled, model.trainable_variables)
+            if mode == "forward_backward":
+                # Returned, so that the gradients are computed rather than pruned.
+                return tf.linalg.global_norm(grads)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
 

@@ -4,11 +4,18 @@ Started by a launcher that sets RANK, LOCAL_RANK and WORLD_SIZE (torchrun); the 
 wrapper is DistributedDataParallel over gloo on CPU and NCCL on GPU. Synthetic data is made once
 on the device. Step times on GPU come from CUDA events, so timing adds no host synchronization
 inside the window.
+
+Options: ``amp`` (autocast: true picks bf16 on CPU and fp16 with a gradient scaler on GPU;
+``fp16`` or ``bf16`` choose), ``channels_last`` (model and data in NHWC memory format),
+``compile`` (torch.compile, compiled by one untimed step before the warm-up) and
+``cudnn_benchmark``. Modes: ``train``; ``forward`` (inference mode, no gradient, no
+data-parallel wrapper); ``forward_backward`` (loss and backward, no optimizer step).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from scaling.workers import common
 from scaling.workers.loop import WallTimer, run_worker
@@ -39,6 +46,8 @@ class TorchSession:
         from workloads import get_workload
 
         self.torch, self.dist = torch, dist
+        self.mode = cell["mode"]
+        options = cell["options"]
         torch.set_num_threads(cell["threads_per_device"])
         self.is_gpu = cell["device_type"] == "gpu"
         if self.is_gpu:
@@ -46,25 +55,67 @@ class TorchSession:
             self.device = torch.device("cuda", local_rank)
         else:
             self.device = torch.device("cpu")
-        report.update(versions=self._versions(), device_name=self._device_name(), layout="NCHW",
-                      world_size=int(os.environ["WORLD_SIZE"]))
+        torch.backends.cudnn.benchmark = bool(options.get("cudnn_benchmark"))
+        self.amp_dtype = self._amp_dtype(options.get("amp", False))
+        self.scaler = (torch.amp.GradScaler(self.device.type)
+                       if self.amp_dtype == torch.float16 and self.mode != "forward" else None)
+        memory_format = (torch.channels_last if options.get("channels_last")
+                         else torch.contiguous_format)
+        report.update(versions=self._versions(), device_name=self._device_name(),
+                      layout="NHWC" if options.get("channels_last") else "NCHW",
+                      world_size=int(os.environ["WORLD_SIZE"]),
+                      amp_dtype=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype
+                      else None)
         dist.init_process_group(backend="nccl" if self.is_gpu else "gloo")
         workload = get_workload(cell["workload"])
-        model = workload.builder("torch")(cell["image_size"], workload.classes).to(self.device)
+        model = workload.builder("torch")(cell["image_size"], workload.classes).to(
+            self.device, memory_format=memory_format)
         report["params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        self.model = DistributedDataParallel(model,
-                                             device_ids=[local_rank] if self.is_gpu else None)
+        if self.mode == "forward":
+            self.model = model.eval()
+        else:
+            self.model = DistributedDataParallel(
+                model, device_ids=[local_rank] if self.is_gpu else None)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         self.loss_fn = torch.nn.CrossEntropyLoss()
         size, batch = cell["image_size"], cell["batch_size"]
-        self.images = torch.randn(batch, 3, size, size, device=self.device)
+        self.images = torch.randn(batch, 3, size, size, device=self.device).to(
+            memory_format=memory_format)
         self.labels = torch.randint(0, workload.classes, (batch,), device=self.device)
         self.images_per_step = batch
+        if options.get("compile"):
+            self.model = torch.compile(self.model)
+            started = time.perf_counter()
+            self.step()
+            self.synchronize()
+            report["compile_s"] = time.perf_counter() - started
+
+    def _amp_dtype(self, amp):
+        if amp is False:
+            return None
+        if amp is True:
+            return self.torch.float16 if self.is_gpu else self.torch.bfloat16
+        return {"fp16": self.torch.float16, "bf16": self.torch.bfloat16}[amp]
+
+    def _autocast(self):
+        return self.torch.autocast(self.device.type, dtype=self.amp_dtype,
+                                   enabled=self.amp_dtype is not None)
 
     def step(self) -> None:
+        if self.mode == "forward":
+            with self.torch.inference_mode(), self._autocast():
+                self.model(self.images)
+            return
         self.optimizer.zero_grad(set_to_none=True)
-        self.loss_fn(self.model(self.images), self.labels).backward()
-        self.optimizer.step()
+        with self._autocast():
+            loss = self.loss_fn(self.model(self.images), self.labels)
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        if self.mode == "train":
+            if self.scaler:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
 
     def synchronize(self) -> None:
         if self.is_gpu:
