@@ -117,7 +117,7 @@ def test_unknown_option_is_refused(out_dir):
                          "--workload", "cifar10", "--batch-size", 2, "--option", "fast=true",
                          "--out", out_dir)
     assert result.returncode == 2
-    assert "unknown option 'fast' for tf-mirrored; valid options: mixed_precision, xla" \
+    assert "unknown option 'fast' for tensorflow under tf-mirrored; valid options: mixed_precision, xla" \
         in result.stderr
 
 
