@@ -12,6 +12,7 @@ import pytest
 from conftest import (images_per_sec_from_reports, rank_reports, read_records, scaling_cli,
                       write_sweep)
 from scaling.frameworks import get_framework
+from scaling.workers.mxnet_worker import cpu_has_bf16
 from test_tensorflow_runs import trainable_parameters
 from workloads import WORKLOADS
 
@@ -93,6 +94,16 @@ def test_kvstore_choice_is_recorded_and_checked(out_dir):
                           "--workload", "cifar10", "--batch-size", 2, "--option", "kvstore=mpi")
     assert refused.returncode == 2
     assert "option kvstore takes one of device, nccl, local; got 'mpi'" in refused.stderr
+
+
+def test_amp_runs_where_the_cpu_has_bf16_and_says_why_not_elsewhere(out_dir):
+    record = run_mx(out_dir, steps=2, extra=("--option", "amp=true"))
+    assert record["options"] == {"amp": True}
+    if cpu_has_bf16():
+        assert record["status"] == "ok", record["error"]
+    else:
+        assert record["status"] == "error"
+        assert "need a CPU with AVX512-BF16 or AMX-BF16" in record["error"]
 
 
 def test_mixed_sweep_reports_torch_and_mxnet_rows(tmp_path, out_dir):

@@ -112,6 +112,13 @@ def test_xla_and_mixed_precision_are_recorded(out_dir, option):
                                                           option == "mixed_precision")
 
 
+def test_xla_with_mixed_precision_on_cpu_is_an_error_with_the_reason(out_dir):
+    record = run_tf(out_dir, "tf-mirrored", steps=1,
+                    extra=("--option", "xla=true", "--option", "mixed_precision=true"))
+    assert record["status"] == "error"
+    assert "xla and mixed_precision together do not run on CPU" in record["error"]
+
+
 def test_unknown_option_is_refused(out_dir):
     result = scaling_cli("run", "--framework", "tensorflow", "--launcher", "tf-mirrored",
                          "--workload", "cifar10", "--batch-size", 2, "--option", "fast=true",
