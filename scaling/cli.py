@@ -21,7 +21,7 @@ from scaling.launchers import LAUNCHERS, get_launcher
 from scaling.maxbatch import (TrialRunner, check_search_bounds, find_max_batches, trial_factory,
                               write_maxbatch_csv)
 from scaling.placement import local_placement
-from scaling.plots import plot_scaling
+from scaling.provenance import keep_sweep_file, note_command
 from scaling.report import report, scaling_tables
 from scaling.runner import check_resumable, pending_cells, run_cells, search_max_batches
 from scaling.store import ResultStore
@@ -102,7 +102,7 @@ OPTION_HELP = ("Framework option KEY=VALUE, repeatable (torch: amp=true|fp16|bf1
 
 
 def prepare_out_dir(out_dir: str) -> None:
-    """Create the output folder, or say in one line why it cannot be."""
+    """Create the output folder, or say in one line why it cannot be; note the command in it."""
     path = Path(out_dir)
     if path.exists() and not path.is_dir():
         raise ScalingError(f"--out {out_dir} exists and is not a folder")
@@ -110,6 +110,7 @@ def prepare_out_dir(out_dir: str) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ScalingError(f"cannot create output folder {out_dir}: {error.strerror}") from None
+    note_command(path, sys.argv[1:])
 
 
 def _print_record(record) -> None:
@@ -307,6 +308,7 @@ def sweep(config, out_dir, resume, allow_oversubscribe):
     out_dir = out_dir or f"runs/{spec.name}"
     prepare_out_dir(out_dir)
     check_resumable(out_dir, resume)
+    keep_sweep_file(out_dir, config)
     max_batches = None
     if spec.needs_max_batch():
         max_batches, found = search_max_batches(spec, out_dir, console)
@@ -328,14 +330,23 @@ def sweep(config, out_dir, resume, allow_oversubscribe):
 @cli.command(name="report")
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--plot", is_flag=True,
-              help="Also draw throughput and speedup against device count as PNG files.")
-def report_command(out_dir, plot):
+              help="Also draw throughput, speedup and efficiency against device count as PNGs.")
+@click.option("--html", is_flag=True,
+              help="Also write OUT_DIR/report.html: one self-contained page with the grids, "
+                   "figures, max-batch table and provenance.")
+def report_command(out_dir, plot, html):
     """Print the scaling tables of OUT_DIR and write OUT_DIR/results.csv with speedup and
     efficiency (weak scaling: per-device batch fixed, baseline = measured one device)."""
     rows = _print_report(out_dir)
     if plot:
+        from scaling.figures import plot_scaling
+
         for path in plot_scaling(rows, out_dir):
             console.print(f"wrote {path}")
+    if html:
+        from scaling.html_report import write_html
+
+        console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
 
 
 def main() -> None:

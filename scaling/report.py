@@ -73,8 +73,20 @@ def baselines(rows: List[Dict]) -> Dict[Tuple, float]:
 
 def curve_label(key: Tuple) -> str:
     """``torch 2.14.1 / torchrun, batch 16 {"xla": true}, 2 nodes`` for a series key."""
-    framework, version, launcher, _, batch, _, _, options, mode, nodes = key
-    label = f"{framework} {version}".strip() + f" / {launcher}, batch {batch}"
+    return family_label(family_key(key), batch=key[4])
+
+
+def family_key(key: Tuple) -> Tuple:
+    """A series key without its per-device batch: the curves of one images/sec grid, whose
+    rows are the batches and whose columns are the device counts."""
+    return (*key[:4], *key[5:])
+
+
+def family_label(family: Tuple, batch: Optional[int] = None) -> str:
+    framework, version, launcher, _, _, _, options, mode, nodes = family
+    label = f"{framework} {version}".strip() + f" / {launcher}"
+    if batch is not None:
+        label += f", batch {batch}"
     if options != "{}":
         label += f" {options}"
     if mode != "train":
@@ -116,33 +128,57 @@ def write_csv(rows: List[Dict], path) -> None:
             })
 
 
-def _cell_text(group: List[Dict]) -> str:
-    """Median images/sec with speedup and efficiency, plus seconds per batch for modes other
-    than ``train`` (as the forward-only reference tables give them); or the status."""
+def cell_summary(group: List[Dict]) -> Dict:
+    """The repeats of one curve point as one cell of a table: its status (``ok`` if any repeat
+    is), the median images/sec, speedup and efficiency, and the median seconds per batch for
+    modes other than ``train`` (as the forward-only reference tables give them)."""
     ok = [row for row in group if row["status"] == "ok"]
     if not ok:
-        return group[0]["status"].upper()
-    text = f"{statistics.median(row['images_per_sec'] for row in ok):,.1f}"
+        return {"status": group[0]["status"], "error": group[0].get("error")}
     speedups = [row["speedup"] for row in ok if row["speedup"] is not None]
-    if speedups:
-        speedup = statistics.median(speedups)
-        text += f" ({speedup:.2f}x, {speedup / ok[0]['total_devices']:.0%})"
-    else:
-        text += " (no baseline)"
-    if ok[0].get("mode", "train") != "train":
-        text += f" {statistics.median(row['step_time_median_s'] for row in ok):.4f} s/batch"
+    speedup = statistics.median(speedups) if speedups else None
+    return {
+        "status": "ok",
+        "images_per_sec": statistics.median(row["images_per_sec"] for row in ok),
+        "speedup": speedup,
+        "efficiency": speedup / ok[0]["total_devices"] if speedup is not None else None,
+        "seconds_per_batch": statistics.median(row["step_time_median_s"] for row in ok)
+        if ok[0].get("mode", "train") != "train" else None,
+    }
+
+
+def scaling_text(summary: Dict) -> str:
+    """``(1.80x, 90%)``, or ``(no baseline)``."""
+    if summary["speedup"] is None:
+        return "(no baseline)"
+    return f"({summary['speedup']:.2f}x, {summary['efficiency']:.0%})"
+
+
+def _cell_text(group: List[Dict]) -> str:
+    summary = cell_summary(group)
+    if summary["status"] != "ok":
+        return summary["status"].upper()
+    text = f"{summary['images_per_sec']:,.1f} {scaling_text(summary)}"
+    if summary["seconds_per_batch"] is not None:
+        text += f" {summary['seconds_per_batch']:.4f} s/batch"
     return text
+
+
+def workload_groups(rows: List[Dict]) -> Dict[Tuple, List[Dict]]:
+    """Rows by (workload, image size, device type): the unit of every per-workload table and
+    figure."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["workload"], row["image_size"], row["device_type"])].append(row)
+    return dict(sorted(groups.items()))
 
 
 def scaling_tables(rows: List[Dict]) -> List[Table]:
     """One table per workload and image size, like the published ones: images/sec by curve
     (one row per series key) and device count, with speedup and efficiency, and failed cells
     marked OOM, TIMEOUT, CRASHED, ERROR and so on."""
-    by_workload = defaultdict(list)
-    for row in rows:
-        by_workload[(row["workload"], row["image_size"], row["device_type"])].append(row)
     tables = []
-    for (workload, size, device_type), group in sorted(by_workload.items()):
+    for (workload, size, device_type), group in workload_groups(rows).items():
         counts = sorted({row["total_devices"] for row in group})
         table = Table(title=f"{workload} at {size}x{size} on {device_type}: images/sec "
                             "(speedup, efficiency), per-device batch")

@@ -1,0 +1,216 @@
+"""Every figure of the report, in one visual language.
+
+The device axis is log2 with a tick at each measured count, linear scaling is a dashed grey
+line, each framework keeps one colour in every figure (curves of one framework differ by marker
+and line style), axes carry units, and legends sit beside the axes, never over data. The PNGs
+of ``scaling report --plot`` and the SVGs inlined in ``report.html`` come from these functions.
+"""
+
+from __future__ import annotations
+
+import io
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+
+from scaling.report import curve_label, series_key, workload_groups  # noqa: E402
+
+FRAMEWORK_COLOURS = {"torch": "#d62728", "tensorflow": "#ff7f0e", "mxnet": "#1f77b4"}
+"""One colour per framework, the same in every figure."""
+
+_SPARE_COLOURS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+_LINESTYLES = ("-", "-.", ":")
+_HATCHES = ("", "//", "..", "xx")
+LINEAR_STYLE = {"linestyle": "--", "color": "grey", "linewidth": 1}
+
+
+def framework_colour(framework: str) -> str:
+    if framework in FRAMEWORK_COLOURS:
+        return FRAMEWORK_COLOURS[framework]
+    return _SPARE_COLOURS[sum(map(ord, framework)) % len(_SPARE_COLOURS)]
+
+
+def device_unit(device_type: str) -> str:
+    return "GPUs" if device_type == "gpu" else "CPU devices"
+
+
+def _device_axis(axis, counts: List[int], device_type: str) -> None:
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(counts, [str(count) for count in counts])
+    axis.minorticks_off()
+    axis.set_xlabel(f"number of {device_unit(device_type)}")
+    axis.grid(True, which="major", alpha=0.3)
+
+
+def _legend_beside(axis) -> None:
+    axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                borderaxespad=0.0)
+
+
+def _curves(rows: List[Dict]) -> Dict[Tuple, Dict[int, Tuple]]:
+    """Series key -> {devices: (median images/sec, median speedup or None)}, ok cells only."""
+    points = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row["status"] == "ok":
+            points[series_key(row)][row["total_devices"]].append(row)
+    curves = {}
+    for key, by_devices in points.items():
+        curves[key] = {
+            devices: (statistics.median(r["images_per_sec"] for r in group),
+                      statistics.median(r["speedup"] for r in group)
+                      if all(r["speedup"] is not None for r in group) else None)
+            for devices, group in sorted(by_devices.items())
+        }
+    return curves
+
+
+def _rank_within_framework(keys) -> Dict[Tuple, int]:
+    """0, 1, 2, ... for the curves of each framework (a key starts with its framework)."""
+    seen = defaultdict(int)
+    ranks = {}
+    for key in sorted(keys, key=str):
+        ranks[key] = seen[key[0]]
+        seen[key[0]] += 1
+    return ranks
+
+
+def _styles(keys) -> Dict[Tuple, Dict]:
+    """The framework's colour, and a marker and line style per curve within the framework."""
+    return {key: {"color": framework_colour(key[0]), "marker": _MARKERS[rank % 7],
+                  "linestyle": _LINESTYLES[rank // 7 % 3]}
+            for key, rank in _rank_within_framework(keys).items()}
+
+
+def scaling_figure(rows: List[Dict], title: str):
+    """Throughput, speedup and efficiency against device count for the rows of one workload,
+    image size and device type; None when no cell of them is ok."""
+    curves = _curves(rows)
+    if not curves:
+        return None
+    device_type = rows[0]["device_type"]
+    counts = sorted({devices for curve in curves.values() for devices in curve})
+    styles = _styles(curves)
+    figure, (throughput, speedup, efficiency) = plt.subplots(1, 3, figsize=(14, 4.2))
+    for key, curve in sorted(curves.items(), key=lambda item: str(item[0])):
+        label = curve_label(key)
+        throughput.plot(list(curve), [ips for ips, _ in curve.values()], label=label,
+                        **styles[key])
+        with_speedup = [(devices, s) for devices, (_, s) in curve.items() if s is not None]
+        if with_speedup:
+            speedup.plot(*zip(*with_speedup), label=label, **styles[key])
+            efficiency.plot([d for d, _ in with_speedup],
+                            [100 * s / d for d, s in with_speedup], label=label, **styles[key])
+    speedup.plot(counts, counts, label="linear", **LINEAR_STYLE)
+    efficiency.axhline(100, label="linear", **LINEAR_STYLE)
+    for axis, name in ((throughput, "Throughput"), (speedup, "Speedup vs 1 device"),
+                       (efficiency, "Scaling efficiency")):
+        _device_axis(axis, counts, device_type)
+        axis.set_title(name)
+    throughput.set_ylabel("images/sec")
+    speedup.set_ylabel("speedup (x, weak scaling)")
+    efficiency.set_ylabel("efficiency (% of linear)")
+    efficiency.set_ylim(bottom=0)
+    _legend_beside(efficiency)
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def frameworks_figure(rows: List[Dict], title: str):
+    """Frameworks and launchers side by side: for each, the best images/sec over its batches
+    at each device count, as grouped bars; None when no cell is ok."""
+    best = defaultdict(dict)
+    for row in rows:
+        if row["status"] == "ok":
+            name = (row["framework"], row["launcher"])
+            best[name][row["total_devices"]] = max(best[name].get(row["total_devices"], 0.0),
+                                                   row["images_per_sec"])
+    if not best:
+        return None
+    counts = sorted({devices for by_count in best.values() for devices in by_count})
+    names = sorted(best)
+    width = 0.8 / len(names)
+    ranks = _rank_within_framework(names)
+    figure, axis = plt.subplots(figsize=(9, 4.2))
+    for index, name in enumerate(names):
+        positions = [counts.index(d) + (index - (len(names) - 1) / 2) * width
+                     for d in best[name]]
+        axis.bar(positions, list(best[name].values()), width, color=framework_colour(name[0]),
+                 hatch=_HATCHES[ranks[name] % len(_HATCHES)], edgecolor="white",
+                 label=f"{name[0]} / {name[1]}")
+    axis.set_xticks(range(len(counts)), [str(count) for count in counts])
+    axis.set_xlabel(f"number of {device_unit(rows[0]['device_type'])}")
+    axis.set_ylabel("images/sec (best per-device batch)")
+    axis.grid(True, axis="y", alpha=0.3)
+    axis.set_title(title)
+    _legend_beside(axis)
+    figure.tight_layout()
+    return figure
+
+
+def workloads_figure(rows: List[Dict]):
+    """Speedup at each curve's largest device count, per workload and framework (the
+    multi-model chart of published benchmarks); None when no curve has a speedup."""
+    largest: Dict[Tuple[str, str], Tuple[int, float]] = {}
+    for row in rows:
+        if row["status"] == "ok" and row["speedup"] is not None:
+            name = (row["workload"], row["framework"])
+            devices, speedup = largest.get(name, (0, 0.0))
+            if row["total_devices"] > devices or (row["total_devices"] == devices
+                                                  and row["speedup"] > speedup):
+                largest[name] = (row["total_devices"], row["speedup"])
+    if not largest:
+        return None
+    workloads = sorted({workload for workload, _ in largest})
+    frameworks = sorted({framework for _, framework in largest})
+    width = 0.8 / len(frameworks)
+    figure, axis = plt.subplots(figsize=(9, 4.2))
+    for index, framework in enumerate(frameworks):
+        bars = [(workloads.index(w) + (index - (len(frameworks) - 1) / 2) * width, value)
+                for (w, f), value in largest.items() if f == framework]
+        axis.bar([x for x, _ in bars], [speedup for _, (_, speedup) in bars], width,
+                 color=framework_colour(framework), label=framework)
+        for x, (devices, speedup) in bars:
+            axis.annotate(f"{devices}", (x, speedup), ha="center", va="bottom",
+                          fontsize="x-small")
+            axis.plot([x - width / 2, x + width / 2], [devices, devices], **LINEAR_STYLE)
+    axis.set_xticks(range(len(workloads)), workloads)
+    axis.set_ylabel("speedup at the largest device count (x)")
+    axis.set_title("Speedup per model; dashed: linear at that count (the number above a bar)")
+    axis.grid(True, axis="y", alpha=0.3)
+    _legend_beside(axis)
+    figure.tight_layout()
+    return figure
+
+
+def svg(figure) -> str:
+    """The figure as inline SVG text, and the figure closed."""
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def save_png(figure, path: Path) -> Path:
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
+def plot_scaling(rows: List[Dict], out_dir) -> List[Path]:
+    """Write one scaling PNG per workload, image size and device type; return their paths."""
+    paths = []
+    for (workload, size, device_type), group in workload_groups(rows).items():
+        figure = scaling_figure(group, f"{workload}, {size}x{size}, per-device batch fixed")
+        if figure is not None:
+            paths.append(save_png(figure, Path(out_dir) /
+                                  f"scaling-{workload}-{size}-{device_type}.png"))
+    return paths

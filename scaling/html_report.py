@@ -1,0 +1,87 @@
+"""``scaling report DIR --html``: one self-contained page, ``DIR/report.html``.
+
+Per workload: the images/sec grid (per-device batch by device count, failures marked), the
+scaling curves and efficiency against linear, and the frameworks and launchers side by side.
+Then the speedup of each model at its largest device count, the max-batch table, and the
+provenance. Figures are inline SVG and the page has no script, so it reads offline and mailed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Dict, List
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from scaling import __version__
+from scaling.figures import frameworks_figure, scaling_figure, svg, workloads_figure
+from scaling.maxbatch import MAXBATCH_FILE, read_maxbatch_csv
+from scaling.provenance import provenance
+from scaling.report import (cell_summary, family_key, family_label, scaling_text, series_key,
+                            workload_groups)
+from scaling.schema import STATUSES
+from scaling.units import format_bytes
+
+REPORT_FILE = "report.html"
+
+
+def grids(rows: List[Dict]) -> List[Dict]:
+    """One grid per curve family of a workload: rows are per-device batches, columns are device
+    counts, and each cell is the ``cell_summary`` of its repeats (absent where nothing ran)."""
+    families = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        families[family_key(series_key(row))][(row["batch_size"], row["total_devices"])] \
+            .append(row)
+    return [{
+        "label": family_label(family),
+        "batches": sorted({batch for batch, _ in cells}),
+        "counts": sorted({count for _, count in cells}),
+        "cells": {point: cell_summary(group) for point, group in cells.items()},
+    } for family, cells in sorted(families.items(), key=lambda item: str(item[0]))]
+
+
+def _inline(figure) -> Markup:
+    return Markup(svg(figure)) if figure is not None else None
+
+
+def _workload_section(key, rows: List[Dict]) -> Dict:
+    workload, size, device_type = key
+    pairs = {(row["framework"], row["launcher"]) for row in rows}
+    return {
+        "title": f"{workload} at {size}x{size} on {device_type}",
+        "anchor": f"{workload}-{size}-{device_type}",
+        "grids": grids(rows),
+        "scaling": _inline(scaling_figure(rows, f"{workload}, {size}x{size}, "
+                                                "per-device batch fixed")),
+        "frameworks": _inline(frameworks_figure(rows, f"{workload}: frameworks and launchers"))
+        if len(pairs) > 1 else None,
+    }
+
+
+def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
+    out_dir = Path(out_dir)
+    sections = [_workload_section(key, group) for key, group in workload_groups(rows).items()]
+    statuses = sorted({row["status"] for row in rows})
+    environment = Environment(loader=PackageLoader("scaling", "templates"),
+                              autoescape=select_autoescape(["html"]))
+    environment.globals.update(scaling_text=scaling_text, format_bytes=format_bytes)
+    return environment.get_template("report.html").render(
+        title=f"Scaling report: {out_dir.resolve().name}",
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        harness_version=__version__,
+        sections=sections,
+        workloads=_inline(workloads_figure(rows)) if len(sections) > 1 else None,
+        maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
+        statuses={status: STATUSES.get(status, "") for status in statuses if status != "ok"},
+        counts={status: sum(row["status"] == status for row in rows) for status in statuses},
+        provenance=provenance(out_dir, records),
+    )
+
+
+def write_html(out_dir, rows: List[Dict], records: List[Dict]) -> Path:
+    path = Path(out_dir) / REPORT_FILE
+    path.write_text(render_html(out_dir, rows, records))
+    return path
