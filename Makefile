@@ -9,15 +9,22 @@ EXTRAS ?= torch,tensorflow,plot,test
 # MXNet 1.9.1 needs numpy<1.24, so it has its own environment; its workers run there.
 MXNET_VENV ?= .venv-mxnet
 
-.PHONY: quickstart test env mxnet-env
+.PHONY: quickstart test env mxnet-env browser
 
 quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/scaling devices
 	$(BIN)/scaling sweep configs/quickstart.yaml --out runs/quickstart --resume
-	$(BIN)/scaling report runs/quickstart --plot
+	$(BIN)/scaling report runs/quickstart --plot --html
 
-test: $(VENV)/.installed $(MXNET_VENV)/.installed
+test: $(VENV)/.installed $(MXNET_VENV)/.installed browser
 	$(BIN)/python -m pytest -v
+
+# Headless Chromium for the report's browser test, where apt-get can install it; without it
+# that test skips and says why.
+browser:
+	@command -v chromium >/dev/null || apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	  (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1) || \
+	  echo "chromium not installed: the browser test will skip"
 
 env: $(VENV)/.installed
 

@@ -349,6 +349,54 @@ def report_command(out_dir, plot, html):
         console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
 
 
+VERDICT_STYLES = {"regression": "bold red", "improvement": "green", "within noise": "yellow"}
+
+
+@cli.command(name="compare")
+@click.argument("base_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("new_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--threshold", default="5%", show_default=True,
+              help="Smallest change of images/sec that counts: a percentage (5%) or a "
+                   "fraction (0.05).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="Also write the comparison, one row per cell, to this CSV file.")
+def compare_command(base_dir, new_dir, threshold, csv_path):
+    """Compare the cells that BASE_DIR and NEW_DIR both measured: new images/sec against base,
+    with intervals (the spread of repeats). A change beyond the threshold is a regression or
+    an improvement unless the intervals overlap ("within noise"); a cell that was ok and now
+    fails is a regression.
+
+    Exit status: 1 when any cell regressed, 0 otherwise, 2 for bad input."""
+    from scaling.compare import (VERDICTS, cell_label, compare, parse_threshold,
+                                 write_comparison_csv)
+
+    fraction = parse_threshold(threshold)
+    records = []
+    for out_dir in (base_dir, new_dir):
+        found = ResultStore(out_dir).records()
+        if not found:
+            raise ScalingError(f"{out_dir} holds no results (no results.jsonl records)")
+        records.append(found)
+    comparison = compare(*records, fraction)
+    table = Table(title=f"{new_dir} against {base_dir}: images/sec (threshold {fraction:.0%})")
+    for header, justify in (("cell", "left"), ("base", "right"), ("new", "right"),
+                            ("change", "right"), ("verdict", "left")):
+        table.add_column(header, justify=justify)
+    for row in comparison.rows:
+        change = f"{row['change']:+.1%}" if row["change"] is not None else "-"
+        style = VERDICT_STYLES.get(row["verdict"], "")
+        table.add_row(cell_label(row), row["base"].text(), row["new"].text(), change,
+                      f"[{style}]{row['verdict']}[/]" if style else row["verdict"])
+    console.print(table)
+    console.print(f"{len(comparison.rows)} cells compared: " + ", ".join(
+        f"{comparison.count(name)} {name}" for name in VERDICTS) +
+        f"; {comparison.only_base} only in base, {comparison.only_new} only in new",
+        soft_wrap=True)
+    if csv_path:
+        console.print(f"wrote {write_comparison_csv(comparison, csv_path)}")
+    sys.exit(1 if comparison.count("regression") else 0)
+
+
 def main() -> None:
     logging.basicConfig(format="warning: %(message)s", level=logging.WARNING, stream=sys.stderr)
     cli(prog_name="scaling")

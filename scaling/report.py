@@ -27,7 +27,9 @@ def reported_version(record: Dict) -> str:
     return str((record.get("versions") or {}).get(record["framework"], ""))
 
 
-def _curve_fields(record: Dict) -> Tuple:
+def curve_fields(record: Dict) -> Tuple:
+    """What a curve is made of, except the framework version: framework, launcher, workload,
+    per-device batch, image size, device type, options and mode."""
     return (record["framework"], record["launcher"], record["workload"], record["batch_size"],
             record["image_size"], record["device_type"],
             json.dumps(record.get("options") or {}, sort_keys=True),
@@ -41,10 +43,10 @@ def with_framework_versions(records: List[Dict]) -> List[Dict]:
     seen = defaultdict(set)
     for record in sweep:
         if reported_version(record):
-            seen[_curve_fields(record)].add(reported_version(record))
+            seen[curve_fields(record)].add(reported_version(record))
     rows = []
     for record in sweep:
-        versions = seen[_curve_fields(record)]
+        versions = seen[curve_fields(record)]
         fallback = next(iter(versions)) if len(versions) == 1 else ""
         rows.append({**record, "framework_version": reported_version(record) or fallback})
     return rows
@@ -52,7 +54,7 @@ def with_framework_versions(records: List[Dict]) -> List[Dict]:
 
 def baseline_key(row: Dict) -> Tuple:
     """What a curve's baseline shares with it: everything but the device and node counts."""
-    framework, *rest = _curve_fields(row)
+    framework, *rest = curve_fields(row)
     return (framework, row["framework_version"], *rest)
 
 

@@ -65,6 +65,30 @@ def processes_mentioning(path) -> list:
     return left
 
 
+def recorded_cell(devices, ips, status="ok", batch=32, repeat=0, workload="resnet50",
+                  purpose="sweep", options=None, version="2.14.1", framework="torch",
+                  launcher="torchrun", mode="train") -> dict:
+    """A sweep record as ``results.jsonl`` holds it, for tests of what reads records."""
+    return {
+        "cell": f"{framework}-{launcher}-{workload}-{devices}-{batch}-{repeat}-{status}-"
+                f"{purpose}-{options}-{version}-{mode}",
+        "purpose": purpose, "versions": {framework: version} if status != "crashed" else None,
+        "framework": framework, "launcher": launcher, "workload": workload,
+        "device_type": "gpu", "devices": devices, "nodes": 1, "total_devices": devices,
+        "batch_size": batch, "global_batch_size": batch * devices, "image_size": 224,
+        "repeat": repeat, "options": options or {}, "mode": mode, "status": status,
+        "error": None if status == "ok" else "rank 0: CUDA out of memory",
+        "images_per_sec": ips if status == "ok" else None,
+        "step_time_median_s": batch * devices / ips if status == "ok" else None,
+    }
+
+
+def write_records(out_dir: Path, records) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return out_dir
+
+
 def write_sweep(path: Path, **overrides) -> Path:
     import yaml
 

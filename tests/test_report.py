@@ -7,23 +7,10 @@ import json
 
 import pytest
 
+from conftest import recorded_cell as record
 from conftest import scaling_cli
 from scaling.report import series_key, speedup_vs_linear, with_scaling
 from scaling.schema import CSV_COLUMNS
-
-
-def record(devices, ips, status="ok", batch=32, repeat=0, workload="resnet50", purpose="sweep",
-           options=None, version="2.14.1"):
-    return {
-        "cell": f"{workload}-{devices}-{batch}-{repeat}-{status}-{purpose}-{options}-{version}",
-        "purpose": purpose, "versions": {"torch": version} if status != "crashed" else None,
-        "framework": "torch", "launcher": "torchrun", "workload": workload,
-        "device_type": "gpu", "devices": devices, "nodes": 1, "total_devices": devices,
-        "batch_size": batch, "global_batch_size": batch * devices, "image_size": 224,
-        "repeat": repeat, "options": options or {}, "status": status,
-        "error": None if status == "ok" else "rank 0: CUDA out of memory",
-        "images_per_sec": ips if status == "ok" else None,
-    }
 
 
 def test_speedup_is_throughput_over_the_one_device_baseline():

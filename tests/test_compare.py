@@ -1,0 +1,115 @@
+"""``scaling compare BASE NEW``: regressions beyond the threshold fail the command, noise does not."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from conftest import read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_records, \
+    write_sweep
+from scaling.compare import Figure, compare, parse_threshold, verdict
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """A real sweep of two cells: the base that the tests below change."""
+    root = tmp_path_factory.mktemp("measured")
+    scaling_cli_ok("sweep", write_sweep(root / "sweep.yaml", devices=[1, 2]),
+                   "--out", root / "base")
+    return root / "base"
+
+
+def slowed(records, factor):
+    return [{**record, "images_per_sec": record["images_per_sec"] * factor} for record in records]
+
+
+def test_identical_results_exit_0(measured):
+    result = scaling_cli("compare", measured, measured)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 cells compared: 0 regression, 0 improvement, 0 within noise, 2 same" in \
+        result.stdout
+
+
+def test_a_30_percent_slowdown_exits_1(measured, tmp_path):
+    new = write_records(tmp_path / "new", slowed(read_records(measured), 0.7))
+    result = scaling_cli("compare", measured, new, "--csv", tmp_path / "compare.csv")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.count("-30.0%") == 2
+    assert "2 regression" in result.stdout
+    with open(tmp_path / "compare.csv") as table:
+        rows = list(csv.DictReader(table))
+    assert [(row["total_devices"], row["verdict"]) for row in rows] == \
+        [("1", "regression"), ("2", "regression")]
+    assert float(rows[0]["change"]) == pytest.approx(-0.3)
+
+
+def test_a_slowdown_within_the_threshold_is_the_same(measured, tmp_path):
+    new = write_records(tmp_path / "new", slowed(read_records(measured), 0.97))
+    assert scaling_cli("compare", measured, new).returncode == 0
+    assert scaling_cli("compare", measured, new, "--threshold", "2%").returncode == 1
+
+
+def test_verdicts():
+    base = Figure("ok", 100.0, 100.0, 100.0)
+    assert verdict(base, Figure("ok", 120.0, 120.0, 120.0), 0.05) == \
+        (pytest.approx(0.2), "improvement")
+    assert verdict(base, Figure("ok", 104.0, 104.0, 104.0), 0.05)[1] == "same"
+    assert verdict(Figure("ok", 100.0, 80.0, 120.0), Figure("ok", 90.0, 85.0, 95.0), 0.05)[1] \
+        == "within noise"
+    assert verdict(base, Figure("oom"), 0.05) == (None, "regression")
+    assert verdict(Figure("timeout"), base, 0.05) == (None, "improvement")
+    assert verdict(Figure("oom"), Figure("timeout"), 0.05) == (None, "still failing")
+
+
+def test_repeats_give_the_interval_and_a_new_version_is_matched_to_the_old():
+    base = [recorded_cell(1, ips, repeat=repeat, version="2.13.0")
+            for repeat, ips in enumerate((90.0, 100.0, 110.0))]
+    new = [recorded_cell(1, ips, repeat=repeat, version="2.14.1")
+           for repeat, ips in enumerate((84.0, 93.0, 96.0))]
+    comparison = compare(base, new, 0.05)
+    [row] = comparison.rows
+    assert row["base"] == Figure("ok", 100.0, 90.0, 110.0)
+    assert row["new"].images_per_sec == 93.0
+    assert row["verdict"] == "within noise"
+    assert row["base"].text() == "100.0 ± 10.0"
+
+
+def test_cells_in_one_folder_only_are_counted_not_compared(tmp_path):
+    base = write_records(tmp_path / "base", [recorded_cell(1, 100.0), recorded_cell(2, 180.0)])
+    new = write_records(tmp_path / "new", [recorded_cell(1, 100.0),
+                                            recorded_cell(4, 300.0)])
+    result = scaling_cli("compare", base, new)
+    assert result.returncode == 0
+    assert "1 cells compared" in result.stdout
+    assert "; 1 only in base, 1 only in new" in result.stdout
+
+
+def test_a_cell_that_now_runs_out_of_memory_is_a_regression(tmp_path):
+    base = write_records(tmp_path / "base", [recorded_cell(2, 180.0)])
+    new = write_records(tmp_path / "new", [recorded_cell(2, 0, status="oom")])
+    result = scaling_cli("compare", base, new)
+    assert result.returncode == 1
+    assert "OOM" in result.stdout and "1 regression" in result.stdout
+
+
+@pytest.mark.parametrize("text", ["five", "150%", "-1"])
+def test_a_bad_threshold_is_a_one_line_error(tmp_path, text):
+    folder = write_records(tmp_path / "base", [recorded_cell(1, 100.0)])
+    result = scaling_cli("compare", folder, folder, "--threshold", text)
+    assert result.returncode == 2
+    assert f"--threshold takes a percentage such as 5% or a fraction such as 0.05, got " \
+           f"{text!r}" in result.stderr
+
+
+def test_threshold_reads_percent_or_fraction():
+    assert parse_threshold("5%") == pytest.approx(0.05)
+    assert parse_threshold("0.1") == pytest.approx(0.1)
+
+
+def test_a_folder_without_results_is_a_one_line_error(tmp_path):
+    folder = write_records(tmp_path / "base", [recorded_cell(1, 100.0)])
+    (tmp_path / "empty").mkdir()
+    result = scaling_cli("compare", folder, tmp_path / "empty")
+    assert result.returncode == 2
+    assert "holds no results" in result.stderr

@@ -1,0 +1,203 @@
+"""``scaling report DIR --html``: one self-contained page with the published grids, marks and
+figures, checked as HTML and in a real headless browser."""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import read_records, recorded_cell, scaling_cli_ok, write_records, write_sweep
+from scaling.schema import STATUSES
+
+
+class Grids(HTMLParser):
+    """The ``table.grid`` tables of a page: curve -> {(batch, devices): (status, text)}."""
+
+    def __init__(self):
+        super().__init__()
+        self.grids, self.curve, self.counts, self.batch, self.cell = {}, None, [], None, None
+        self.header, self.column = None, 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table" and "grid" in (attrs.get("class") or "").split():
+            self.curve, self.counts = attrs["data-curve"], []
+            self.grids[self.curve] = {}
+        elif self.curve and tag == "th":
+            self.header = ""
+        elif self.curve and tag == "td":
+            self.cell = [attrs["data-status"], ""]
+        elif self.cell is not None:
+            self.cell[1] += " "
+
+    def handle_data(self, data):
+        if self.header is not None:
+            self.header += data
+        elif self.cell is not None:
+            self.cell[1] += data
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self.curve = None
+        elif tag == "th" and self.header is not None:
+            text, self.header = self.header.strip(), None
+            if text.endswith(("device", "devices")):
+                self.counts.append(int(text.split()[0]))
+            elif text.isdigit():
+                self.batch, self.column = int(text), 0
+        elif tag == "td" and self.cell is not None:
+            point = (self.batch, self.counts[self.column])
+            self.grids[self.curve][point] = (self.cell[0], " ".join(self.cell[1].split()))
+            self.cell, self.column = None, self.column + 1
+
+
+def grids_of(page: str) -> dict:
+    parser = Grids()
+    parser.feed(page)
+    return parser.grids
+
+
+MIXED = [
+    recorded_cell(1, 100.0), recorded_cell(2, 190.0), recorded_cell(4, 360.0),
+    recorded_cell(1, 60.0, batch=64), recorded_cell(2, 114.0, batch=64),
+    recorded_cell(4, 0, batch=64, status="oom"),
+    recorded_cell(1, 80.0, framework="tensorflow", launcher="tf-mirrored", version="2.16.2"),
+    recorded_cell(2, 0, framework="tensorflow", launcher="tf-mirrored", version="2.16.2",
+                  status="timeout"),
+    recorded_cell(1, 0, batch=64, framework="tensorflow", launcher="tf-mirrored",
+                  version="2.16.2", status="oom"),
+    recorded_cell(2, 100.0, batch=64, framework="tensorflow", launcher="tf-mirrored",
+                  version="2.16.2"),
+    recorded_cell(1, 900.0, workload="alexnet"), recorded_cell(4, 3000.0, workload="alexnet"),
+]
+"""Recorded results mixing ok, OOM, a timeout, a missing baseline and two frameworks."""
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory) -> Path:
+    out = write_records(tmp_path_factory.mktemp("report") / "out", MIXED)
+    scaling_cli_ok("report", out, "--html")
+    return out
+
+
+@pytest.fixture(scope="module")
+def page(report_dir) -> str:
+    return (report_dir / "report.html").read_text()
+
+
+def test_grid_rows_are_batches_and_columns_are_device_counts(page):
+    grids = grids_of(page)
+    torch = grids["torch 2.14.1 / torchrun"]
+    assert sorted(torch) == [(32, 1), (32, 2), (32, 4), (64, 1), (64, 2), (64, 4)]
+    assert torch[(32, 2)] == ("ok", "190.0 (1.90x, 95%)")
+    assert torch[(32, 4)] == ("ok", "360.0 (3.60x, 90%)")
+    assert torch[(64, 2)] == ("ok", "114.0 (1.90x, 95%)")
+
+
+def test_failures_are_marked_in_their_cells(page):
+    grids = grids_of(page)
+    assert grids["torch 2.14.1 / torchrun"][(64, 4)] == ("oom", "OOM")
+    tensorflow = grids["tensorflow 2.16.2 / tf-mirrored"]
+    assert tensorflow[(32, 2)] == ("timeout", "TIMEOUT")
+    assert tensorflow[(64, 1)] == ("oom", "OOM")
+    assert re.search(r'<td class="failed status-oom" data-status="oom" title="rank 0: CUDA out '
+                     r'of memory">OOM</td>', page)
+
+
+def test_a_cell_without_a_baseline_says_so_instead_of_a_speedup(page):
+    assert grids_of(page)["tensorflow 2.16.2 / tf-mirrored"][(64, 2)] == \
+        ("ok", "100.0 (no baseline)")
+
+
+def test_footnotes_explain_every_mark_on_the_page(page):
+    for status in ("oom", "timeout"):
+        assert f"<b>{status.upper()}</b>: {STATUSES[status]}." in html.unescape(page)
+    assert "crashed" not in page.lower()
+
+
+def test_figures_are_inline_svg_for_each_workload_and_across_workloads(page):
+    assert page.count("<svg") == 4
+    assert 'id="resnet50-224-gpu"' in page and 'id="alexnet-224-gpu"' in page
+    assert 'id="across-workloads"' in page
+
+
+def test_the_page_is_self_contained(page):
+    assert "<script" not in page and "<link" not in page and "<img" not in page
+    assert not re.search(r'(?:src|href)="(?:https?:)?//', page)
+    assert "xlink:href=\"http" not in page
+
+
+def test_provenance_names_versions_sweep_file_and_command(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml", name="provenance-check")
+    out = tmp_path / "out"
+    scaling_cli_ok("sweep", sweep, "--out", out)
+    scaling_cli_ok("report", out, "--html")
+    page = (out / "report.html").read_text()
+    [record] = read_records(out)
+    provenance = page[page.index('id="provenance"'):]
+    assert f'<th class="label">torch</th><td class="label">{record["versions"]["torch"]}' \
+        in provenance
+    assert record["host"] in provenance and record["cpu_model"] in provenance
+    assert re.search(rf"\d{{4}}-\d\d-\d\dT[\d:]+Z scaling sweep {sweep} --out {out}", provenance)
+    assert "name: provenance-check" in provenance
+    assert grids_of(page)[f"torch {record['versions']['torch']} / torchrun"][(4, 1)][0] == "ok"
+
+
+def chromium() -> str:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or ""
+
+
+browser = pytest.mark.skipif(not chromium(), reason="headless Chromium is not installed "
+                                                    "(Debian package chromium; make test "
+                                                    "installs it where apt-get works)")
+
+
+def headless(url: str, *args, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+         "--v=0", f"--user-data-dir={tmp_path / 'profile'}", *args, url],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def console_messages(stderr: str) -> list:
+    return re.findall(r":CONSOLE[^\]]*\] (.*)", stderr)
+
+
+@browser
+def test_browser_reports_console_errors_of_a_broken_page(tmp_path):
+    broken = tmp_path / "broken.html"
+    broken.write_text("<!DOCTYPE html><title>x</title><script>console.error('broken page')"
+                      "</script>")
+    result = headless(broken.as_uri(), "--dump-dom", tmp_path=tmp_path)
+    assert any("broken page" in message for message in console_messages(result.stderr))
+
+
+@browser
+def test_browser_loads_the_page_without_console_errors(report_dir, tmp_path):
+    result = headless((report_dir / "report.html").as_uri(), "--dump-dom", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert console_messages(result.stderr) == []
+    grids = grids_of(result.stdout)
+    assert grids["torch 2.14.1 / torchrun"][(64, 4)] == ("oom", "OOM")
+    assert grids["tensorflow 2.16.2 / tf-mirrored"][(32, 2)] == ("timeout", "TIMEOUT")
+
+
+@browser
+def test_browser_screenshot_is_not_blank(report_dir, tmp_path):
+    import matplotlib.image
+
+    shot = tmp_path / "page.png"
+    result = headless((report_dir / "report.html").as_uri(), f"--screenshot={shot}",
+                      "--window-size=1400,2400", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    not_white = (pixels < 0.95).any(axis=-1).mean()
+    assert 0.02 < not_white < 0.9
+    assert len({tuple(colour) for colour in pixels.reshape(-1, 3)[::97].round(2)}) > 20
