@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional
 
+from scaling.uncertainty import throughput_interval
+
 
 def _earliest(reports: List[Dict], status: str) -> Optional[Dict]:
     matching = [r for r in reports if r.get("status") == status]
@@ -30,6 +32,7 @@ def summarize(
 
     ``images_per_sec`` is the global image count over the longest rank window. Each rank times
     its window on its own clock between two barriers, so no two hosts' clocks are compared.
+    Its 95% interval comes from the chunk times of the rank with that window.
     """
     oom = _earliest(reports, "oom")
     if oom is not None:
@@ -54,15 +57,18 @@ def summarize(
         stopped = sorted(r["rank"] for r in reports if r["status"] != "ok")
         return {"status": "crashed",
                 "error": f"ranks {stopped} were stopped (launcher exit code {returncode})"}
-    window = max(r["window_s"] for r in reports)
+    slowest = max(reports, key=lambda r: r["window_s"])
+    window = slowest["window_s"]
     images = sum(r["images"] for r in reports)
     peaks = [r["peak_memory_bytes"] for r in sorted(reports, key=lambda r: r["rank"])]
     return {
         "status": "ok",
         "error": None,
         "images_per_sec": images / window,
+        "images_per_sec_ci95": throughput_interval(images / window, slowest["chunks"]),
         "timed_images": images,
         "timed_window_s": window,
+        "steps_timed": slowest["steps_timed"],
         "step_time_median_s": statistics.median(r["step_time_median_s"] for r in reports),
         "step_time_p95_s": max(r["step_time_p95_s"] for r in reports),
         "peak_memory_bytes": max(peaks),

@@ -57,6 +57,8 @@ class Cell:
     timeout_s: float = 600.0
     mode: str = field(default="train", metadata={"identity": SINCE_DEFAULT})
     """One of :data:`MODES`."""
+    min_time_s: float = field(default=0.0, metadata={"identity": SINCE_DEFAULT})
+    """The timed window runs at least ``steps`` steps and goes on until it lasts this long."""
 
     @property
     def total_devices(self) -> int:
@@ -120,6 +122,7 @@ def make_cell(
     options: Optional[Dict[str, Any]] = None,
     timeout_s: float = 600.0,
     mode: str = "train",
+    min_time_s: float = 0.0,
     allow_oversubscribe: bool = False,
 ) -> Cell:
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
@@ -148,6 +151,9 @@ def make_cell(
         raise ScalingError(f"warmup must be a non-negative integer, got {warmup!r}")
     if timeout_s <= 0:
         raise ScalingError(f"timeout must be positive, got {timeout_s!r}")
+    if isinstance(min_time_s, bool) or not isinstance(min_time_s, (int, float)) or min_time_s < 0:
+        raise ScalingError(f"min_time_s must be a non-negative number of seconds, "
+                           f"got {min_time_s!r}")
     if nodes > 1 and not launcher_spec.multi_node:
         raise ScalingError(f"{launcher} runs on one node; use --nodes 1")
     resolved_type = resolve_device_type(device_type)
@@ -177,7 +183,7 @@ def make_cell(
         batch_size=batch_size, image_size=size, steps=steps, warmup=warmup,
         device_type=resolved_type, threads_per_device=threads_per_device, nodes=nodes,
         memory_limit=memory_limit, repeat=repeat, purpose=purpose, options=dict(options or {}),
-        timeout_s=float(timeout_s), mode=mode,
+        timeout_s=float(timeout_s), mode=mode, min_time_s=float(min_time_s),
     )
 
 

@@ -192,6 +192,9 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
 @click.option("--batch-size", type=int, required=True, help="Per-device batch size.")
 @click.option("--repeat", type=int, default=0, show_default=True,
               help="Repeat index; a cell already recorded runs again only under a new index.")
+@click.option("--min-time", "min_time_s", type=float, default=0.0, show_default=True,
+              help="Seconds the timed window lasts at least: after --steps it goes on by "
+                   "whole chunks until it does.")
 def run(out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, hosts, **fields):
     """Run one cell and append its result to OUT/results.jsonl.
 

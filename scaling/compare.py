@@ -3,8 +3,9 @@
 A cell is matched on what it measures (framework, launcher, workload, per-device batch, image
 size, device type, options, mode, nodes and total devices), not on the framework version or
 the repeat, so an upgrade is compared against what it replaced. Each side's figure is the
-median images/sec over its successful repeats, and its interval spans those repeats (one
-repeat has an interval of zero width).
+median images/sec over its successful repeats, with the 95% interval of ``figure_interval``:
+over the repeats where there are several, from the record's chunk times otherwise (a record
+without one has an interval of zero width).
 
 Verdicts: a change within the threshold is ``same``. A larger change whose intervals overlap is
 ``within noise``. Otherwise it is a ``regression`` or an ``improvement``. A cell that was ok and
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from scaling.errors import ScalingError
-from scaling.report import curve_fields
+from scaling.report import curve_fields, figure_interval
 
 VERDICTS = ("regression", "improvement", "within noise", "same", "still failing")
 COMPARE_COLUMNS = ["framework", "launcher", "workload", "batch_size", "image_size",
@@ -75,8 +76,9 @@ def figures(records: List[Dict]) -> Dict[Tuple, Figure]:
         if not ok:
             result[key] = Figure(group[-1]["status"])
             continue
-        values = [record["images_per_sec"] for record in ok]
-        result[key] = Figure("ok", statistics.median(values), min(values), max(values))
+        median = statistics.median(record["images_per_sec"] for record in ok)
+        low, high = figure_interval(ok) or (median, median)
+        result[key] = Figure("ok", median, low, high)
     return result
 
 

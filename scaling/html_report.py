@@ -20,8 +20,8 @@ from scaling import __version__
 from scaling.figures import frameworks_figure, scaling_figure, svg, workloads_figure
 from scaling.maxbatch import MAXBATCH_FILE, read_maxbatch_csv
 from scaling.provenance import provenance
-from scaling.report import (cell_summary, family_key, family_label, scaling_text, series_key,
-                            workload_groups)
+from scaling.report import (cell_summary, family_key, family_label, figure_text, scaling_text,
+                            series_key, workload_groups)
 from scaling.schema import STATUSES
 from scaling.units import format_bytes
 
@@ -67,7 +67,8 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
     statuses = sorted({row["status"] for row in rows})
     environment = Environment(loader=PackageLoader("scaling", "templates"),
                               autoescape=select_autoescape(["html"]))
-    environment.globals.update(scaling_text=scaling_text, format_bytes=format_bytes)
+    environment.globals.update(scaling_text=scaling_text, figure_text=figure_text,
+                               format_bytes=format_bytes)
     return environment.get_template("report.html").render(
         title=f"Scaling report: {out_dir.resolve().name}",
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -76,6 +77,10 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
         workloads=_inline(workloads_figure(rows)) if len(sections) > 1 else None,
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
         statuses={status: STATUSES.get(status, "") for status in statuses if status != "ok"},
+        suspects=[f"{section['title']}, {grid['label']}, batch {batch}, {count} devices: "
+                  f"{cell['suspect']}" for section in sections for grid in section["grids"]
+                  for (batch, count), cell in sorted(grid["cells"].items())
+                  if cell.get("suspect")],
         counts={status: sum(row["status"] == status for row in rows) for status in statuses},
         provenance=provenance(out_dir, records),
     )

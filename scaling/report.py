@@ -20,6 +20,12 @@ from typing import Dict, List, Optional, Tuple
 from rich.table import Table
 
 from scaling.schema import CSV_COLUMNS
+from scaling.uncertainty import ratio_interval, repeats_interval
+
+SUSPECT_EFFICIENCY = 1.05
+"""Efficiency above this is beyond linear scaling: contention in the baseline, or noise."""
+SUSPECT_WIDTH = 0.10
+"""An interval wider than this fraction of its figure does not pin the figure down."""
 
 
 def reported_version(record: Dict) -> str:
@@ -64,13 +70,35 @@ def series_key(row: Dict) -> Tuple:
     return (*baseline_key(row), row.get("nodes", 1))
 
 
-def baselines(rows: List[Dict]) -> Dict[Tuple, float]:
-    """Median one-device images/sec of each curve, over its successful repeats."""
+def figure_interval(group: List[Dict]) -> Optional[List[float]]:
+    """The 95% interval of the figure of a group of ok repeats: over the repeats where there
+    are several, the record's own (from its chunk times) otherwise."""
+    if len(group) > 1:
+        return repeats_interval([row["images_per_sec"] for row in group])
+    return group[0].get("images_per_sec_ci95")
+
+
+def baselines(rows: List[Dict]) -> Dict[Tuple, Tuple[float, Optional[List[float]]]]:
+    """Median one-device images/sec of each curve over its successful repeats, and its
+    interval."""
     ones = defaultdict(list)
     for row in rows:
         if row["total_devices"] == 1 and row["status"] == "ok":
-            ones[baseline_key(row)].append(row["images_per_sec"])
-    return {key: statistics.median(values) for key, values in ones.items()}
+            ones[baseline_key(row)].append(row)
+    return {key: (statistics.median(row["images_per_sec"] for row in group),
+                  figure_interval(group)) for key, group in ones.items()}
+
+
+def suspect_reason(images_per_sec: float, interval: Optional[List[float]],
+                   efficiency: Optional[float]) -> Optional[str]:
+    """Why a figure should not be taken as it is, or None."""
+    reasons = []
+    if efficiency is not None and efficiency > SUSPECT_EFFICIENCY:
+        reasons.append(f"efficiency {efficiency:.0%} is beyond linear scaling")
+    if interval and (interval[1] - interval[0]) / images_per_sec > SUSPECT_WIDTH:
+        reasons.append(f"the 95% interval spans {(interval[1] - interval[0]) / images_per_sec:.0%}"
+                       f" of the figure")
+    return "; ".join(reasons) or None
 
 
 def curve_label(key: Tuple) -> str:
@@ -105,16 +133,36 @@ def speedup_vs_linear(images_per_sec: Optional[float], baseline: Optional[float]
     return speedup, speedup / devices
 
 
+def scaling_interval(speedup: Optional[float], interval: Optional[List[float]],
+                     images_per_sec: Optional[float], baseline: Tuple, devices: int) -> Dict:
+    """Speedup and efficiency bounds; None where either figure has no interval, and on one
+    device, whose speedup is 1 by definition."""
+    bounds = None
+    if speedup is not None and devices > 1:
+        bounds = ratio_interval(speedup, interval, images_per_sec, baseline[1], baseline[0])
+    low, high = bounds or (None, None)
+    return {"speedup_low": low, "speedup_high": high,
+            "efficiency_low": low / devices if bounds else None,
+            "efficiency_high": high / devices if bounds else None}
+
+
 def with_scaling(records: List[Dict]) -> List[Dict]:
-    """Sweep records (never max-batch trials) with ``framework_version``,
-    ``baseline_images_per_sec``, ``speedup`` and ``efficiency`` added."""
+    """Sweep records (never max-batch trials) with the columns of ``SCALING_FIELDS`` added:
+    ``framework_version``, the baseline, speedup and efficiency, their intervals, and
+    ``suspect``."""
     rows = with_framework_versions(records)
     base = baselines(rows)
     for row in rows:
-        baseline = base.get(baseline_key(row))
+        baseline = base.get(baseline_key(row), (None, None))
         ips = row["images_per_sec"] if row["status"] == "ok" else None
-        speedup, efficiency = speedup_vs_linear(ips, baseline, row["total_devices"])
-        row.update(baseline_images_per_sec=baseline, speedup=speedup, efficiency=efficiency)
+        speedup, efficiency = speedup_vs_linear(ips, baseline[0], row["total_devices"])
+        interval = row.get("images_per_sec_ci95") if ips is not None else None
+        row.update(baseline_images_per_sec=baseline[0], speedup=speedup, efficiency=efficiency,
+                   images_per_sec_low=interval[0] if interval else None,
+                   images_per_sec_high=interval[1] if interval else None,
+                   baseline_ci95=baseline[1],
+                   suspect=suspect_reason(ips, interval, efficiency) if ips else None,
+                   **scaling_interval(speedup, interval, ips, baseline, row["total_devices"]))
     return rows
 
 
@@ -132,38 +180,60 @@ def write_csv(rows: List[Dict], path) -> None:
 
 def cell_summary(group: List[Dict]) -> Dict:
     """The repeats of one curve point as one cell of a table: its status (``ok`` if any repeat
-    is), the median images/sec, speedup and efficiency, and the median seconds per batch for
-    modes other than ``train`` (as the forward-only reference tables give them)."""
+    is), the median images/sec with its interval (``interval``, ``plus_minus``), speedup and
+    efficiency with theirs, ``suspect`` (a reason or None), and the median seconds per batch
+    for modes other than ``train`` (as the forward-only reference tables give them)."""
     ok = [row for row in group if row["status"] == "ok"]
     if not ok:
         return {"status": group[0]["status"], "error": group[0].get("error")}
     speedups = [row["speedup"] for row in ok if row["speedup"] is not None]
     speedup = statistics.median(speedups) if speedups else None
+    devices = ok[0]["total_devices"]
+    images_per_sec = statistics.median(row["images_per_sec"] for row in ok)
+    interval = figure_interval(ok)
+    baseline = (ok[0]["baseline_images_per_sec"], ok[0]["baseline_ci95"])
+    efficiency = speedup / devices if speedup is not None else None
     return {
         "status": "ok",
-        "images_per_sec": statistics.median(row["images_per_sec"] for row in ok),
+        "images_per_sec": images_per_sec,
+        "interval": interval,
+        "plus_minus": (interval[1] - interval[0]) / 2 if interval else None,
         "speedup": speedup,
-        "efficiency": speedup / ok[0]["total_devices"] if speedup is not None else None,
+        "efficiency": efficiency,
+        **scaling_interval(speedup, interval, images_per_sec, baseline, devices),
+        "suspect": suspect_reason(images_per_sec, interval, efficiency),
         "seconds_per_batch": statistics.median(row["step_time_median_s"] for row in ok)
         if ok[0].get("mode", "train") != "train" else None,
     }
 
 
+def figure_text(summary: Dict) -> str:
+    """``1,234.5 ± 12.3``: images/sec and half its interval (no ``±`` without one)."""
+    text = f"{summary['images_per_sec']:,.1f}"
+    return text + (f" ± {summary['plus_minus']:,.1f}" if summary["plus_minus"] else "")
+
+
 def scaling_text(summary: Dict) -> str:
-    """``(1.80x, 90%)``, or ``(no baseline)``."""
+    """``(1.80x ± 0.05, 90%)``, or ``(no baseline)``."""
     if summary["speedup"] is None:
         return "(no baseline)"
-    return f"({summary['speedup']:.2f}x, {summary['efficiency']:.0%})"
+    spread = ""
+    if summary["speedup_low"] is not None:
+        spread = f" ± {(summary['speedup_high'] - summary['speedup_low']) / 2:.2f}"
+    return f"({summary['speedup']:.2f}x{spread}, {summary['efficiency']:.0%})"
 
 
-def _cell_text(group: List[Dict]) -> str:
-    summary = cell_summary(group)
+SUSPECT_MARK = "?"
+"""Appended to a suspect figure in the terminal tables; the table's caption says why."""
+
+
+def _cell_text(summary: Dict) -> str:
     if summary["status"] != "ok":
         return summary["status"].upper()
-    text = f"{summary['images_per_sec']:,.1f} {scaling_text(summary)}"
+    text = f"{figure_text(summary)} {scaling_text(summary)}"
     if summary["seconds_per_batch"] is not None:
         text += f" {summary['seconds_per_batch']:.4f} s/batch"
-    return text
+    return text + (f" {SUSPECT_MARK}" if summary["suspect"] else "")
 
 
 def workload_groups(rows: List[Dict]) -> Dict[Tuple, List[Dict]]:
@@ -190,11 +260,16 @@ def scaling_tables(rows: List[Dict]) -> List[Table]:
         cells = defaultdict(list)
         for row in group:
             cells[(series_key(row), row["total_devices"])].append(row)
+        summaries = {point: cell_summary(rows) for point, rows in cells.items()}
         for key in sorted({key for key, _ in cells}, key=str):
             table.add_row(curve_label(key), *(
-                _cell_text(cells[(key, count)]) if (key, count) in cells else "-"
+                _cell_text(summaries[(key, count)]) if (key, count) in cells else "-"
                 for count in counts
             ))
+        suspects = [f"{SUSPECT_MARK} {curve_label(key)}, {count} {device_type.upper()}: "
+                    f"{summary['suspect']}" for (key, count), summary in summaries.items()
+                    if summary.get("suspect")]
+        table.caption = "\n".join(["± 95% interval", *suspects])
         tables.append(table)
     return tables
 

@@ -35,7 +35,9 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "device_name": "the device, as the framework names it",
     "layout": "NCHW or NHWC",
     "images": "images this process trained in its timed window (all of its devices)",
-    "steps_timed": "steps in the timed window",
+    "steps_timed": "steps in the timed window: at least the asked steps, more under min_time_s",
+    "chunks": "the window's chunks, {steps, seconds} each: the device is synchronized only "
+              "between chunks",
     "window_s": "the window on this rank's own monotonic clock, from the start barrier to the "
                 "end barrier",
     "start": "wall time at the window's start (for reading logs; never compared across hosts)",
@@ -72,13 +74,16 @@ RECORD_FIELDS: Dict[str, str] = {
     "memory_limit": "per-device memory cap on CPU, bytes",
     "options": "framework options",
     "timeout_s": "seconds before the process tree is killed",
+    "min_time_s": "seconds the timed window lasts at least (it goes on by whole chunks)",
     "mode": "train, forward (inference) or forward_backward (no optimizer step)",
     "status": "one of " + ", ".join(STATUSES),
     "error": "one-line reason when not ok",
     "params": "trainable parameters",
     "images_per_sec": "global images over the longest rank window",
+    "images_per_sec_ci95": "[low, high]: 95% interval of images_per_sec from the chunk times",
     "timed_images": "global images over the timed window",
     "timed_window_s": "the longest rank window, seconds",
+    "steps_timed": "steps each rank timed",
     "step_time_median_s": "median over ranks of their median step time",
     "step_time_p95_s": "largest 95th percentile step time of any rank",
     "peak_memory_bytes": "largest peak memory of any rank",
@@ -105,6 +110,16 @@ SCALING_FIELDS: Dict[str, str] = {
     "baseline_images_per_sec": "median one-device images/sec of the curve",
     "speedup": "images_per_sec / baseline_images_per_sec",
     "efficiency": "speedup / total_devices",
+    "images_per_sec_low": "lower bound of the 95% interval of the record's images/sec, from "
+                          "its chunk times",
+    "images_per_sec_high": "upper bound of that interval",
+    "speedup_low": "lower bound of the speedup's interval (its two figures' intervals "
+                   "combined)",
+    "speedup_high": "upper bound of the speedup's interval",
+    "efficiency_low": "speedup_low / total_devices",
+    "efficiency_high": "speedup_high / total_devices",
+    "suspect": "why the figure is suspect (efficiency over 105%, or an interval wider than 10% "
+               "of the figure), or empty",
 }
 """Columns that ``scaling report`` adds to each sweep record."""
 

@@ -67,6 +67,8 @@ class SweepConfig:
     """What each step does: ``train``, ``forward`` or ``forward_backward``; an axis."""
     steps: int = 20
     warmup: int = 5
+    min_time_s: float = 0.0
+    """Each cell's timed window goes on past ``steps`` until it lasts this long."""
     repeats: int = 1
     timeout_s: float = 600.0
     threads_per_device: Optional[int] = None
@@ -210,7 +212,7 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                 warmup=config.warmup, device_type=device_type,
                 threads_per_device=config.threads_per_device, nodes=config.nodes,
                 memory_limit=memory_limit, repeat=repeat, options=section.options,
-                timeout_s=config.timeout_s, mode=mode,
+                timeout_s=config.timeout_s, mode=mode, min_time_s=config.min_time_s,
                 allow_oversubscribe=config.allow_oversubscribe,
             ))
     return cells

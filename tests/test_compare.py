@@ -6,14 +6,14 @@ import csv
 
 import pytest
 
-from conftest import read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_records, \
+from conftest import recorded_cell, scaling_cli, scaling_cli_ok, write_records, \
     write_sweep
 from scaling.compare import Figure, compare, parse_threshold, verdict
 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """A real sweep of two cells: the base that the tests below change."""
+    """A real sweep of two cells."""
     root = tmp_path_factory.mktemp("measured")
     scaling_cli_ok("sweep", write_sweep(root / "sweep.yaml", devices=[1, 2]),
                    "--out", root / "base")
@@ -31,23 +31,28 @@ def test_identical_results_exit_0(measured):
         result.stdout
 
 
-def test_a_30_percent_slowdown_exits_1(measured, tmp_path):
-    new = write_records(tmp_path / "new", slowed(read_records(measured), 0.7))
-    result = scaling_cli("compare", measured, new, "--csv", tmp_path / "compare.csv")
+RECORDED = [recorded_cell(1, 100.0), recorded_cell(2, 190.0), recorded_cell(4, 0, status="oom")]
+
+
+def test_a_30_percent_slowdown_exits_1(tmp_path):
+    base = write_records(tmp_path / "base", RECORDED)
+    new = write_records(tmp_path / "new", slowed(RECORDED[:2], 0.7) + RECORDED[2:])
+    result = scaling_cli("compare", base, new, "--csv", tmp_path / "compare.csv")
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.count("-30.0%") == 2
-    assert "2 regression" in result.stdout
+    assert "2 regression" in result.stdout and "1 still failing" in result.stdout
     with open(tmp_path / "compare.csv") as table:
         rows = list(csv.DictReader(table))
     assert [(row["total_devices"], row["verdict"]) for row in rows] == \
-        [("1", "regression"), ("2", "regression")]
+        [("1", "regression"), ("2", "regression"), ("4", "still failing")]
     assert float(rows[0]["change"]) == pytest.approx(-0.3)
 
 
-def test_a_slowdown_within_the_threshold_is_the_same(measured, tmp_path):
-    new = write_records(tmp_path / "new", slowed(read_records(measured), 0.97))
-    assert scaling_cli("compare", measured, new).returncode == 0
-    assert scaling_cli("compare", measured, new, "--threshold", "2%").returncode == 1
+def test_a_slowdown_within_the_threshold_is_the_same(tmp_path):
+    base = write_records(tmp_path / "base", RECORDED)
+    new = write_records(tmp_path / "new", slowed(RECORDED[:2], 0.97) + RECORDED[2:])
+    assert scaling_cli("compare", base, new).returncode == 0
+    assert scaling_cli("compare", base, new, "--threshold", "2%").returncode == 1
 
 
 def test_verdicts():
@@ -69,10 +74,20 @@ def test_repeats_give_the_interval_and_a_new_version_is_matched_to_the_old():
            for repeat, ips in enumerate((84.0, 93.0, 96.0))]
     comparison = compare(base, new, 0.05)
     [row] = comparison.rows
-    assert row["base"] == Figure("ok", 100.0, 90.0, 110.0)
+    # t interval of the mean of three: 100 +- 4.303 * 10 / sqrt(3)
+    assert (row["base"].images_per_sec, row["base"].low, row["base"].high) == \
+        pytest.approx((100.0, 75.16, 124.84), abs=0.01)
     assert row["new"].images_per_sec == 93.0
     assert row["verdict"] == "within noise"
-    assert row["base"].text() == "100.0 ± 10.0"
+    assert row["base"].text() == "100.0 ± 24.8"
+
+
+def test_a_record_interval_from_its_chunk_times_separates_noise():
+    base = [{**recorded_cell(1, 100.0), "images_per_sec_ci95": [95.0, 105.0]}]
+    assert compare(base, [{**recorded_cell(1, 92.0), "images_per_sec_ci95": [88.0, 96.0]}],
+                   0.05).rows[0]["verdict"] == "within noise"
+    assert compare(base, [{**recorded_cell(1, 92.0), "images_per_sec_ci95": [91.0, 93.0]}],
+                   0.05).rows[0]["verdict"] == "regression"
 
 
 def test_cells_in_one_folder_only_are_counted_not_compared(tmp_path):

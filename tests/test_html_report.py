@@ -17,7 +17,8 @@ from scaling.schema import STATUSES
 
 
 class Grids(HTMLParser):
-    """The ``table.grid`` tables of a page: curve -> {(batch, devices): (status, text)}."""
+    """The ``table.grid`` tables of a page:
+    (section, curve) -> {(batch, devices): (status, text)}."""
 
     def __init__(self):
         super().__init__()
@@ -27,7 +28,7 @@ class Grids(HTMLParser):
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         if tag == "table" and "grid" in (attrs.get("class") or "").split():
-            self.curve, self.counts = attrs["data-curve"], []
+            self.curve, self.counts = (attrs["data-section"], attrs["data-curve"]), []
             self.grids[self.curve] = {}
         elif self.curve and tag == "th":
             self.header = ""
@@ -74,9 +75,14 @@ MIXED = [
                   version="2.16.2", status="oom"),
     recorded_cell(2, 100.0, batch=64, framework="tensorflow", launcher="tf-mirrored",
                   version="2.16.2"),
-    recorded_cell(1, 900.0, workload="alexnet"), recorded_cell(4, 3000.0, workload="alexnet"),
+    {**recorded_cell(1, 900.0, workload="alexnet"), "images_per_sec_ci95": [880.0, 920.0]},
+    {**recorded_cell(4, 3000.0, workload="alexnet"), "images_per_sec_ci95": [2700.0, 3300.0]},
 ]
-"""Recorded results mixing ok, OOM, a timeout, a missing baseline and two frameworks."""
+"""Recorded results mixing ok, OOM, a timeout, a missing baseline, two frameworks, and
+intervals, one of them too wide."""
+
+RESNET, ALEXNET = "resnet50-224-gpu", "alexnet-224-gpu"
+TORCH, TENSORFLOW = "torch 2.14.1 / torchrun", "tensorflow 2.16.2 / tf-mirrored"
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +99,7 @@ def page(report_dir) -> str:
 
 def test_grid_rows_are_batches_and_columns_are_device_counts(page):
     grids = grids_of(page)
-    torch = grids["torch 2.14.1 / torchrun"]
+    torch = grids[RESNET, TORCH]
     assert sorted(torch) == [(32, 1), (32, 2), (32, 4), (64, 1), (64, 2), (64, 4)]
     assert torch[(32, 2)] == ("ok", "190.0 (1.90x, 95%)")
     assert torch[(32, 4)] == ("ok", "360.0 (3.60x, 90%)")
@@ -102,8 +108,8 @@ def test_grid_rows_are_batches_and_columns_are_device_counts(page):
 
 def test_failures_are_marked_in_their_cells(page):
     grids = grids_of(page)
-    assert grids["torch 2.14.1 / torchrun"][(64, 4)] == ("oom", "OOM")
-    tensorflow = grids["tensorflow 2.16.2 / tf-mirrored"]
+    assert grids[RESNET, TORCH][(64, 4)] == ("oom", "OOM")
+    tensorflow = grids[RESNET, TENSORFLOW]
     assert tensorflow[(32, 2)] == ("timeout", "TIMEOUT")
     assert tensorflow[(64, 1)] == ("oom", "OOM")
     assert re.search(r'<td class="failed status-oom" data-status="oom" title="rank 0: CUDA out '
@@ -111,8 +117,18 @@ def test_failures_are_marked_in_their_cells(page):
 
 
 def test_a_cell_without_a_baseline_says_so_instead_of_a_speedup(page):
-    assert grids_of(page)["tensorflow 2.16.2 / tf-mirrored"][(64, 2)] == \
+    assert grids_of(page)[RESNET, TENSORFLOW][(64, 2)] == \
         ("ok", "100.0 (no baseline)")
+
+
+def test_cells_show_their_interval_and_suspect_cells_say_why(page):
+    alexnet = grids_of(page)[ALEXNET, TORCH]
+    assert alexnet[(32, 1)] == ("ok", "900.0 ± 20.0 (1.00x, 100%)")
+    # Relative half widths 10% and 2.2% combine to 10.24%: 3.33x +- 0.34.
+    assert alexnet[(32, 4)] == ("ok", "3,000.0 ± 300.0 ? (3.33x ± 0.34, 83%)")
+    reason = "the 95% interval spans 20% of the figure"
+    assert f'data-suspect="{reason}"' in page
+    assert f"<b>?</b> alexnet at 224x224 on gpu, {TORCH}, batch 32, 4 devices: {reason}." in page
 
 
 def test_footnotes_explain_every_mark_on_the_page(page):
@@ -146,7 +162,8 @@ def test_provenance_names_versions_sweep_file_and_command(tmp_path):
     assert record["host"] in provenance and record["cpu_model"] in provenance
     assert re.search(rf"\d{{4}}-\d\d-\d\dT[\d:]+Z scaling sweep {sweep} --out {out}", provenance)
     assert "name: provenance-check" in provenance
-    assert grids_of(page)[f"torch {record['versions']['torch']} / torchrun"][(4, 1)][0] == "ok"
+    curve = f"torch {record['versions']['torch']} / torchrun"
+    assert grids_of(page)["cifar10-16-cpu", curve][(4, 1)][0] == "ok"
 
 
 def chromium() -> str:
@@ -185,8 +202,8 @@ def test_browser_loads_the_page_without_console_errors(report_dir, tmp_path):
     assert result.returncode == 0, result.stderr
     assert console_messages(result.stderr) == []
     grids = grids_of(result.stdout)
-    assert grids["torch 2.14.1 / torchrun"][(64, 4)] == ("oom", "OOM")
-    assert grids["tensorflow 2.16.2 / tf-mirrored"][(32, 2)] == ("timeout", "TIMEOUT")
+    assert grids[RESNET, TORCH][(64, 4)] == ("oom", "OOM")
+    assert grids[RESNET, TENSORFLOW][(32, 2)] == ("timeout", "TIMEOUT")
 
 
 @browser

@@ -6,8 +6,10 @@ A framework supplies a *session* built for one process of a cell:
 - ``step()``: one training step;
 - ``synchronize()``: wait for the device to finish the work queued so far;
 - ``barrier()``: wait for every process of the cell;
+- ``any_rank(flag)``: whether ``flag`` is true on any process of the cell (a collective; every
+  process calls it at the same point);
 - ``step_timer()``, optional: an object with ``mark()`` and ``step_times()``, for frameworks
-  with device events (the wall clock otherwise);
+  with device events (chunk means otherwise);
 - ``finish()``: a dict of what the process reports after its window (memory, parameters).
 
 Everything else is here, written once: warm-up, the window between two barriers, step times,
@@ -27,46 +29,58 @@ from typing import Callable, Dict
 from scaling.workers import common
 
 
-class WallTimer:
-    """Step times from the wall clock, for devices whose steps have finished when they return."""
-
-    def __init__(self):
-        self.marks = []
-
-    def mark(self) -> None:
-        self.marks.append(time.perf_counter())
-
-    def step_times(self):
-        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+def chunk_length(steps: int) -> int:
+    """Steps between two device synchronizations: a tenth of the asked steps, at least one, so
+    that a window has about ten chunks whose means give its step times and interval."""
+    return max(1, steps // 10)
 
 
 def timed_window(session, cell: Dict, faults: common.FaultInjector) -> Dict:
-    """Warm up, then time ``cell["steps"]`` steps between two barriers on this rank's own clock.
+    """Warm up, then time at least ``cell["steps"]`` steps, and at least ``min_time_s`` seconds,
+    between two barriers on this rank's own clock.
 
-    The window starts when every rank has left the start barrier and ends when every rank has
-    reached the end barrier, after synchronizing its device, so each rank's window covers all
-    ranks' timed work. Clocks of different hosts are never compared.
+    The device is synchronized only at chunk boundaries, every :func:`chunk_length` steps, never
+    inside a chunk. Once the asked steps are done, every rank goes on by whole chunks while any
+    of them has not yet reached ``min_time_s`` (``session.any_rank`` decides it together, so
+    all ranks time the same steps). The window starts when every rank has left the start
+    barrier and ends when every rank has reached the end barrier, so each rank's window covers
+    all ranks' timed work. Clocks of different hosts are never compared.
+
+    Step times come from the session's device events where it has them (``step_timer``), and
+    from the chunk means otherwise.
     """
     for index in range(cell["warmup"]):
         faults.at_step(index)
         session.step()
     session.synchronize()
     session.barrier()
-    timer = session.step_timer() if hasattr(session, "step_timer") else WallTimer()
+    timer = session.step_timer() if hasattr(session, "step_timer") else None
+    length, min_time_s = chunk_length(cell["steps"]), cell.get("min_time_s", 0.0)
+    chunks, steps = [], 0
     start_wall = time.time()
-    start = time.perf_counter()
-    timer.mark()
-    for index in range(cell["steps"]):
-        faults.at_step(cell["warmup"] + index)
-        session.step()
+    start = chunk_start = time.perf_counter()
+    if timer:
         timer.mark()
-    session.synchronize()
+    while steps < cell["steps"] or (
+            min_time_s > 0 and session.any_rank(chunk_start - start < min_time_s)):
+        count = min(length, cell["steps"] - steps) if steps < cell["steps"] else length
+        for _ in range(count):
+            faults.at_step(cell["warmup"] + steps)
+            session.step()
+            steps += 1
+            if timer:
+                timer.mark()
+        session.synchronize()
+        chunk_end = time.perf_counter()
+        chunks.append({"steps": count, "seconds": chunk_end - chunk_start})
+        chunk_start = chunk_end
     session.barrier()
     window = time.perf_counter() - start
-    times = common.step_time_summary(timer.step_times())
+    times = common.step_time_summary(
+        timer.step_times() if timer else [c["seconds"] / c["steps"] for c in chunks])
     return {
         "start": start_wall, "end": start_wall + window, "window_s": window,
-        "steps_timed": cell["steps"], "images": session.images_per_step * cell["steps"],
+        "steps_timed": steps, "images": session.images_per_step * steps, "chunks": chunks,
         "step_time_median_s": times["median"], "step_time_p95_s": times["p95"],
     }
 

@@ -2,8 +2,8 @@
 
 Runs under MXNet's own interpreter, so it imports only the standard library, MXNet and the
 workload definitions. The global batch is split across contexts once with ``split_and_load``.
-MXNet's engine is asynchronous: every step ends with ``mx.nd.waitall()``, and errors raised
-inside the engine surface there, inside the report. Option ``amp``: ``mxnet.contrib.amp`` with
+MXNet's engine is asynchronous: steps are queued, and ``mx.nd.waitall()`` at chunk boundaries
+waits for them; errors raised inside the engine surface there, inside the report. Option ``amp``: ``mxnet.contrib.amp`` with
 float16 on GPU and bfloat16 on CPU, with a dynamic loss scale. Modes: ``forward`` runs the
 network outside ``autograd.record``; ``forward_backward`` computes gradients and does not step.
 """
@@ -71,7 +71,6 @@ class MxnetSession:
         if self.mode == "forward":
             for x in self.images:
                 self.net(x)
-            self.mx.nd.waitall()
             return
         with self.autograd.record():
             losses = [self.loss_fn(self.net(x), y) for x, y in zip(self.images, self.labels)]
@@ -81,13 +80,15 @@ class MxnetSession:
         self.autograd.backward(losses)
         if self.mode == "train":
             self.trainer.step(self.images_per_step)
-        self.mx.nd.waitall()
 
     def synchronize(self) -> None:
         self.mx.nd.waitall()
 
     def barrier(self) -> None:
         """One process holds every context: there is no other rank to wait for."""
+
+    def any_rank(self, flag: bool) -> bool:
+        return flag
 
     def finish(self) -> dict:
         params = sum(p.data(self.contexts[0]).size for p in self.net.collect_params().values()

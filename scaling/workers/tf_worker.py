@@ -2,8 +2,9 @@
 
 Under ``tf-mirrored`` it drives N devices with MirroredStrategy; under ``tf-multiworker`` it is
 one worker of a MultiWorkerMirroredStrategy cluster described by TF_CONFIG. The step is a
-``tf.function`` run through ``strategy.run``; warm-up covers tracing and compilation. Each step's
-loss is materialized on the host, which also synchronizes the devices. Modes: ``forward`` runs
+``tf.function`` run through ``strategy.run``; warm-up covers tracing and compilation. Steps are
+not waited for one by one: at chunk boundaries the last step's loss is materialized on the
+host, which waits for every step queued before it. Modes: ``forward`` runs
 the model with ``training=False`` and no tape; ``forward_backward`` computes the gradients and
 applies none.
 """
@@ -167,20 +168,24 @@ class TensorFlowSession:
             return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
         @tf.function
-        def barrier():
-            ones = strategy.run(lambda: tf.ones([]))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)
+        def total(value):
+            values = strategy.run(tf.identity, args=(value,))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)
 
-        self._step, self._barrier = step, barrier
+        self._step, self._total, self._last = step, total, None
 
     def step(self) -> None:
-        self._step().numpy()
+        self._last = self._step()
 
     def synchronize(self) -> None:
-        """Nothing left to wait for: every step's loss has reached the host."""
+        if self._last is not None:
+            self._last.numpy()
 
     def barrier(self) -> None:
-        self._barrier().numpy()
+        self._total(self.tf.constant(1.0)).numpy()
+
+    def any_rank(self, flag: bool) -> bool:
+        return bool(self._total(self.tf.constant(float(flag))).numpy() > 0)
 
     def finish(self) -> dict:
         return memory_report(self.tf, self.cell, self.devices)

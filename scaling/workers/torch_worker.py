@@ -18,7 +18,7 @@ import os
 import time
 
 from scaling.workers import common
-from scaling.workers.loop import WallTimer, run_worker
+from scaling.workers.loop import run_worker
 
 
 class _CudaEventTimer:
@@ -124,8 +124,14 @@ class TorchSession:
     def barrier(self) -> None:
         self.dist.barrier()
 
+    def any_rank(self, flag: bool) -> bool:
+        value = self.torch.tensor([int(flag)], device=self.device)
+        self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
+        return bool(value.item())
+
     def step_timer(self):
-        return _CudaEventTimer(self.torch) if self.is_gpu else WallTimer()
+        """CUDA events on GPU; on CPU a step has finished when it returns, so chunk means do."""
+        return _CudaEventTimer(self.torch) if self.is_gpu else None
 
     def finish(self) -> dict:
         memory = self._memory()

@@ -1,0 +1,54 @@
+"""95% intervals: of a cell's images/sec from its chunk times, of a figure over repeats, and of
+speedup and efficiency, which divide two figures."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Dict, List, Optional, Tuple
+
+from scipy import stats
+
+CONFIDENCE = 0.95
+
+
+def relative_half_width(samples: List[float]) -> Optional[float]:
+    """Half the t interval of the mean of ``samples``, over the mean; None for fewer than two."""
+    if len(samples) < 2:
+        return None
+    mean = statistics.fmean(samples)
+    half = (stats.t.ppf((1 + CONFIDENCE) / 2, len(samples) - 1)
+            * statistics.stdev(samples) / math.sqrt(len(samples)))
+    return half / mean
+
+
+def throughput_interval(images_per_sec: float, chunks: List[Dict]) -> Optional[List[float]]:
+    """The interval of a cell's images/sec from the mean step times of its chunks (the steps
+    between two device synchronizations): a step time t +- h is a throughput between
+    images/(t + h) and images/(t - h)."""
+    relative = relative_half_width([chunk["seconds"] / chunk["steps"] for chunk in chunks])
+    if relative is None:
+        return None
+    high = images_per_sec / (1 - relative) if relative < 1 else math.inf
+    return [images_per_sec / (1 + relative), high]
+
+
+def repeats_interval(values: List[float]) -> Optional[List[float]]:
+    """The t interval of the mean of repeated figures; None for fewer than two."""
+    relative = relative_half_width(values)
+    if relative is None:
+        return None
+    mean = statistics.fmean(values)
+    return [mean * (1 - relative), mean * (1 + relative)]
+
+
+def ratio_interval(ratio: float, numerator: Optional[List[float]], numerator_value: float,
+                   denominator: Optional[List[float]], denominator_value: float
+                   ) -> Optional[Tuple[float, float]]:
+    """The interval of ``numerator / denominator`` from theirs, relative half widths added in
+    quadrature; None when either has none."""
+    if not numerator or not denominator:
+        return None
+    relative = math.hypot((numerator[1] - numerator[0]) / 2 / numerator_value,
+                          (denominator[1] - denominator[0]) / 2 / denominator_value)
+    return ratio * (1 - relative), ratio * (1 + relative)

@@ -1,0 +1,109 @@
+"""Timed windows long enough to mean something, synchronized only between chunks, and every
+figure with its 95% interval; suspect figures are marked with the reason."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from conftest import rank_reports, read_records, recorded_cell, scaling_cli, scaling_cli_ok, \
+    write_records
+from scaling.report import with_scaling
+from scaling.uncertainty import throughput_interval
+from scaling.workers.loop import chunk_length
+
+TINY = ("--workload", "cifar10", "--image-size", "16", "--batch-size", "4", "--warmup", "1")
+
+
+@pytest.mark.parametrize("framework, launcher, devices", [
+    ("torch", "torchrun", 2),
+    ("tensorflow", "tf-mirrored", 2),
+    ("tensorflow", "tf-multiworker", 2),
+    ("mxnet", "mxnet-kvstore", 2),
+])
+def test_min_time_extends_the_window_by_whole_chunks_on_every_rank(
+        out_dir, framework, launcher, devices):
+    scaling_cli_ok("run", "--framework", framework, "--launcher", launcher, *TINY,
+                   "--devices", devices, "--steps", 20, "--min-time", 1.5, "--out", out_dir)
+    [record] = read_records(out_dir)
+    assert record["status"] == "ok", record["error"]
+    assert record["min_time_s"] == 1.5 and record["timed_window_s"] >= 1.5
+    assert record["steps_timed"] > 20 and record["steps_timed"] % chunk_length(20) == 0
+    reports = rank_reports(record)
+    assert {report["steps_timed"] for report in reports} == {record["steps_timed"]}
+    for report in reports:
+        assert sum(chunk["steps"] for chunk in report["chunks"]) == report["steps_timed"]
+        assert sum(chunk["seconds"] for chunk in report["chunks"]) <= report["window_s"]
+    assert record["timed_images"] == 4 * devices * record["steps_timed"]
+
+
+def test_without_min_time_the_window_is_the_asked_steps_in_chunks(out_dir):
+    scaling_cli_ok("run", *TINY, "--steps", 25, "--out", out_dir)
+    [record] = read_records(out_dir)
+    [report] = rank_reports(record)
+    assert record["steps_timed"] == 25
+    assert [chunk["steps"] for chunk in report["chunks"]] == [2] * 12 + [1]
+
+
+def test_every_ok_record_has_an_interval_around_its_figure(out_dir):
+    scaling_cli_ok("run", *TINY, "--steps", 20, "--out", out_dir)
+    [record] = read_records(out_dir)
+    low, high = record["images_per_sec_ci95"]
+    assert low < record["images_per_sec"] < high
+    [report] = rank_reports(record)
+    assert [low, high] == pytest.approx(
+        throughput_interval(record["images_per_sec"], report["chunks"]))
+
+
+def test_interval_from_chunk_times():
+    steady = [{"steps": 2, "seconds": 0.2}] * 10
+    assert throughput_interval(100.0, steady) == pytest.approx([100.0, 100.0])
+    # Chunk means 0.09 and 0.11 s, five each: mean 0.1, t(9) 2.262, sd 0.01054 -> +-7.54%.
+    uneven = [{"steps": 1, "seconds": s} for s in [0.09, 0.11] * 5]
+    low, high = throughput_interval(100.0, uneven)
+    assert (low, high) == pytest.approx((100 / 1.0754, 100 / 0.9246), rel=1e-3)
+    assert throughput_interval(100.0, steady[:1]) is None
+
+
+def interval(ips, width):
+    return [ips * (1 - width / 2), ips * (1 + width / 2)]
+
+
+def test_speedup_carries_the_combined_interval_and_suspects_say_why():
+    rows = with_scaling([
+        {**recorded_cell(1, 100.0), "images_per_sec_ci95": interval(100.0, 0.06)},
+        {**recorded_cell(2, 190.0), "images_per_sec_ci95": interval(190.0, 0.08)},
+        {**recorded_cell(4, 440.0), "images_per_sec_ci95": interval(440.0, 0.02)},
+        {**recorded_cell(8, 700.0), "images_per_sec_ci95": interval(700.0, 0.20)},
+    ])
+    two, four, eight = rows[1:]
+    # Relative half widths 3% and 4% combine to 5%.
+    assert (two["speedup_low"], two["speedup_high"]) == pytest.approx((1.9 * 0.95, 1.9 * 1.05))
+    assert two["efficiency_low"] == pytest.approx(1.9 * 0.95 / 2)
+    assert two["suspect"] is None
+    assert four["suspect"] == "efficiency 110% is beyond linear scaling"
+    assert eight["suspect"] == "the 95% interval spans 20% of the figure"
+
+
+def test_tables_print_plus_minus_and_mark_suspects_and_the_csv_has_the_bounds(tmp_path):
+    folder = write_records(tmp_path / "out", [
+        {**recorded_cell(1, 100.0), "images_per_sec_ci95": interval(100.0, 0.06)},
+        {**recorded_cell(2, 190.0), "images_per_sec_ci95": interval(190.0, 0.10)},
+        {**recorded_cell(4, 440.0), "images_per_sec_ci95": interval(440.0, 0.02)},
+    ])
+    result = scaling_cli("report", folder)
+    assert result.returncode == 0, result.stderr
+    # Relative half widths: 3% (baseline), 5% and 1%; combined 5.83% and 3.16%.
+    assert "100.0 ± 3.0 (1.00x, 100%)" in result.stdout
+    assert "190.0 ± 9.5 (1.90x ± 0.11, 95%)" in result.stdout
+    assert "440.0 ± 4.4 (4.40x ± 0.14, 110%) ?" in result.stdout
+    assert "? torch 2.14.1 / torchrun, batch 32, 4 GPU: efficiency 110% is beyond linear " \
+           "scaling" in result.stdout
+    with open(folder / "results.csv") as table:
+        rows = list(csv.DictReader(table))
+    assert float(rows[1]["images_per_sec_low"]) == pytest.approx(180.5)
+    assert float(rows[1]["speedup_high"]) == pytest.approx(1.9 * (1 + 0.0583), rel=1e-3)
+    assert rows[0]["speedup_low"] == ""
+    assert rows[2]["suspect"] == "efficiency 110% is beyond linear scaling"
+    assert rows[0]["suspect"] == ""
