@@ -20,6 +20,7 @@ from scaling.frameworks import FRAMEWORKS, framework_names
 from scaling.launchers import LAUNCHERS, get_launcher
 from scaling.maxbatch import (TrialRunner, check_search_bounds, find_max_batches, trial_factory,
                               write_maxbatch_csv)
+from scaling.monitor import NOISE_CORES, WatchSettings
 from scaling.placement import local_placement
 from scaling.provenance import keep_sweep_file, note_command
 from scaling.report import report, scaling_tables
@@ -135,6 +136,24 @@ ALLOW_OVERSUBSCRIBE = click.option(
          "contention, not scaling).")
 
 
+def watch_options(command):
+    """``--wait-for-quiet [SECONDS]`` and ``--no-telemetry``, as a ``watch`` argument."""
+    command = click.option(
+        "--wait-for-quiet", "wait_for_quiet_s", type=float, is_flag=False, flag_value=60.0,
+        default=None, metavar="[SECONDS]",
+        help="Before each cell, wait up to SECONDS (60 if not given) until other processes use "
+             f"at most {NOISE_CORES} cores; a cell that starts or runs in noise is recorded "
+             "noisy either way.")(command)
+    command = click.option(
+        "--no-telemetry", is_flag=True,
+        help="Do not sample CPU, memory and GPU use during the timed window.")(command)
+    return command
+
+
+def watch_settings(wait_for_quiet_s, no_telemetry) -> WatchSettings:
+    return WatchSettings(telemetry=not no_telemetry, wait_for_quiet_s=wait_for_quiet_s)
+
+
 def cell_options(steps: int, warmup: int, out: str, what: str):
     """The options that ``run`` and ``maxbatch`` share: everything that defines a cell but its
     device count and batch size."""
@@ -195,10 +214,13 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
 @click.option("--min-time", "min_time_s", type=float, default=0.0, show_default=True,
               help="Seconds the timed window lasts at least: after --steps it goes on by "
                    "whole chunks until it does.")
-def run(out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, hosts, **fields):
+@watch_options
+def run(out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, hosts,
+        wait_for_quiet_s, no_telemetry, **fields):
     """Run one cell and append its result to OUT/results.jsonl.
 
     Exits 0 when the cell is ok and 1 when it ended otherwise (oom, timeout, ...)."""
+    watch = watch_settings(wait_for_quiet_s, no_telemetry)
     cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
                      options=parse_options(option_pairs), **fields)
     placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell), cell.nodes,
@@ -211,7 +233,7 @@ def run(out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, host
         _print_record(recorded)
     else:
         [recorded] = run_cells([cell], out_dir, {cell.framework: python} if python else None,
-                               placement=placement)
+                               placement=placement, watch=watch)
         _print_record(recorded)
     if recorded["status"] != "ok":
         sys.exit(1)
@@ -300,11 +322,13 @@ def _print_report(out_dir) -> None:
               help="Output folder [default: runs/NAME].")
 @click.option("--resume", is_flag=True, help="Skip the cells already recorded in OUT.")
 @ALLOW_OVERSUBSCRIBE
-def sweep(config, out_dir, resume, allow_oversubscribe):
+@watch_options
+def sweep(config, out_dir, resume, allow_oversubscribe, wait_for_quiet_s, no_telemetry):
     """Run every cell of the sweep file CONFIG, then print the scaling report.
 
     Exits 0 once every cell has a status, whatever the statuses are, and ends with a count of
     cells by status."""
+    watch = watch_settings(wait_for_quiet_s, no_telemetry)
     spec = load_sweep(config)
     if allow_oversubscribe:
         spec.allow_oversubscribe = True
@@ -321,7 +345,7 @@ def sweep(config, out_dir, resume, allow_oversubscribe):
     todo = pending_cells(cells, out_dir)
     console.print(f"{spec.name}: {len(cells)} cells, {len(cells) - len(todo)} already recorded, "
                   f"output in {out_dir}")
-    run_cells(todo, out_dir, interpreters(spec))
+    run_cells(todo, out_dir, interpreters(spec), watch=watch)
     _print_report(out_dir)
     recorded = ResultStore(out_dir).done()
     counts = Counter(recorded[cell.cell_id]["status"] for cell in cells

@@ -22,6 +22,8 @@ from scaling.aggregate import summarize
 from scaling.cell import Cell
 from scaling.frameworks import get_framework, missing_framework
 from scaling.launchers import get_launcher
+from scaling.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings, gpu_indices,
+                             other_cores, summarize_watch, wait_for_quiet, window_on_this_host)
 from scaling.placement import Placement, local_placement
 from scaling.processes import run_process_tree
 from scaling.store import ResultStore
@@ -63,9 +65,11 @@ def provenance() -> Dict:
 
 def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
              extra_env: Optional[Dict[str, str]] = None,
-             placement: Optional[Placement] = None) -> Dict:
+             placement: Optional[Placement] = None,
+             watch: WatchSettings = WatchSettings()) -> Dict:
     """Run this node's part of ``cell`` in a fresh process tree under its timeout and return
-    its result record. ``placement`` defaults to every rank on this machine.
+    its result record. ``placement`` defaults to every rank on this machine; ``watch`` says
+    whether to wait for quiet first and whether to keep telemetry (noise is always watched).
 
     The cell's files (spec, rank reports, launcher log, record) live in ``OUT/cells/CELL_ID/``.
     Over several nodes that folder is shared (the same OUT on a shared file system): node 0
@@ -95,9 +99,18 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     }
     token = uuid.uuid4().hex
     log = "launcher.log" if placement.node_rank == 0 else f"launcher-node{placement.node_rank}.log"
-    returncode, timed_out, wall_s = run_process_tree(
-        argv, env, token, str(cell_dir / log), cell.timeout_s,
-    )
+    waited_s = None
+    if watch.wait_for_quiet_s is not None:
+        waited_s, before_cores = wait_for_quiet(watch.wait_for_quiet_s)
+    else:
+        before_cores = other_cores(BEFORE_CHECK_S)
+    monitor = CellMonitor(gpu_indices(cell.device_type, cell.devices), watch.telemetry)
+    try:
+        returncode, timed_out, wall_s = run_process_tree(
+            argv, env, token, str(cell_dir / log), cell.timeout_s, on_start=monitor.start,
+        )
+    finally:
+        monitor.stop()
     if placement.node_rank > 0:
         mine = range(placement.first_rank, placement.first_rank + placement.ranks_per_host)
         reports = [r for r in _read_reports(cell_dir) if r["rank"] in mine]
@@ -109,6 +122,10 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         wait_for_reports(cell_dir, expected, REPORT_GRACE_S)
     reports = _read_reports(cell_dir)
     outcome = summarize(reports, expected, returncode, timed_out, cell.timeout_s)
+    if outcome["status"] == "ok":
+        outcome.update(summarize_watch(
+            monitor, window_on_this_host(reports, socket.gethostname()), before_cores,
+            waited_s, cell_dir))
     return _record(cell, cell_dir, outcome, reports, started_at, wall_s, token)
 
 

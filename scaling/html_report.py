@@ -61,6 +61,13 @@ def _workload_section(key, rows: List[Dict]) -> Dict:
     }
 
 
+def _notes(sections: List[Dict], name: str) -> List[str]:
+    """``TITLE, CURVE, batch B, N devices: REASON`` for each cell with a ``name`` reason."""
+    return [f"{section['title']}, {grid['label']}, batch {batch}, {count} devices: {cell[name]}"
+            for section in sections for grid in section["grids"]
+            for (batch, count), cell in sorted(grid["cells"].items()) if cell.get(name)]
+
+
 def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
     out_dir = Path(out_dir)
     sections = [_workload_section(key, group) for key, group in workload_groups(rows).items()]
@@ -77,10 +84,8 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
         workloads=_inline(workloads_figure(rows)) if len(sections) > 1 else None,
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
         statuses={status: STATUSES.get(status, "") for status in statuses if status != "ok"},
-        suspects=[f"{section['title']}, {grid['label']}, batch {batch}, {count} devices: "
-                  f"{cell['suspect']}" for section in sections for grid in section["grids"]
-                  for (batch, count), cell in sorted(grid["cells"].items())
-                  if cell.get("suspect")],
+        suspects=_notes(sections, "suspect"),
+        noisy=_notes(sections, "noisy"),
         counts={status: sum(row["status"] == status for row in rows) for status in statuses},
         provenance=provenance(out_dir, records),
     )

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -46,8 +46,9 @@ def kill_cell_processes(token: str, grace_s: float = 5.0) -> None:
 
 def run_process_tree(
     argv: List[str], env: Dict[str, str], token: str, log_path: str, timeout_s: float,
+    on_start: Optional[Callable[[int], None]] = None,
 ) -> Tuple[Optional[int], bool, float]:
-    """Run ``argv`` in its own session with output to ``log_path``.
+    """Run ``argv`` in its own session with output to ``log_path``; ``on_start`` gets its pid.
 
     Returns (exit code, timed out, seconds). On timeout, or if anything of the tree is left when
     the launcher exits, the whole tree is killed.
@@ -58,6 +59,8 @@ def run_process_tree(
             argv, env={**env, TOKEN_ENV: token}, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent,
         )
+        if on_start:
+            on_start(proc.pid)
         try:
             returncode, timed_out = proc.wait(timeout=timeout_s), False
         except subprocess.TimeoutExpired:

@@ -181,7 +181,8 @@ def write_csv(rows: List[Dict], path) -> None:
 def cell_summary(group: List[Dict]) -> Dict:
     """The repeats of one curve point as one cell of a table: its status (``ok`` if any repeat
     is), the median images/sec with its interval (``interval``, ``plus_minus``), speedup and
-    efficiency with theirs, ``suspect`` (a reason or None), and the median seconds per batch
+    efficiency with theirs, ``suspect`` and ``noisy`` (reasons or None), and the median seconds
+    per batch
     for modes other than ``train`` (as the forward-only reference tables give them)."""
     ok = [row for row in group if row["status"] == "ok"]
     if not ok:
@@ -202,6 +203,8 @@ def cell_summary(group: List[Dict]) -> Dict:
         "efficiency": efficiency,
         **scaling_interval(speedup, interval, images_per_sec, baseline, devices),
         "suspect": suspect_reason(images_per_sec, interval, efficiency),
+        "noisy": "; ".join(dict.fromkeys(row["noise"] for row in ok if row.get("noisy")))
+        or None,
         "seconds_per_batch": statistics.median(row["step_time_median_s"] for row in ok)
         if ok[0].get("mode", "train") != "train" else None,
     }
@@ -225,6 +228,8 @@ def scaling_text(summary: Dict) -> str:
 
 SUSPECT_MARK = "?"
 """Appended to a suspect figure in the terminal tables; the table's caption says why."""
+NOISY_MARK = "!"
+"""Appended to a figure measured while other processes were busy; the caption says how busy."""
 
 
 def _cell_text(summary: Dict) -> str:
@@ -233,7 +238,8 @@ def _cell_text(summary: Dict) -> str:
     text = f"{figure_text(summary)} {scaling_text(summary)}"
     if summary["seconds_per_batch"] is not None:
         text += f" {summary['seconds_per_batch']:.4f} s/batch"
-    return text + (f" {SUSPECT_MARK}" if summary["suspect"] else "")
+    marks = (SUSPECT_MARK if summary["suspect"] else "") + (NOISY_MARK if summary["noisy"] else "")
+    return text + (f" {marks}" if marks else "")
 
 
 def workload_groups(rows: List[Dict]) -> Dict[Tuple, List[Dict]]:
@@ -266,10 +272,11 @@ def scaling_tables(rows: List[Dict]) -> List[Table]:
                 _cell_text(summaries[(key, count)]) if (key, count) in cells else "-"
                 for count in counts
             ))
-        suspects = [f"{SUSPECT_MARK} {curve_label(key)}, {count} {device_type.upper()}: "
-                    f"{summary['suspect']}" for (key, count), summary in summaries.items()
-                    if summary.get("suspect")]
-        table.caption = "\n".join(["± 95% interval", *suspects])
+        notes = [f"{mark} {curve_label(key)}, {count} {device_type.upper()}: {summary[name]}"
+                 for (key, count), summary in sorted(summaries.items(), key=str)
+                 for mark, name in ((SUSPECT_MARK, "suspect"), (NOISY_MARK, "noisy"))
+                 if summary.get(name)]
+        table.caption = "\n".join(["± 95% interval", *notes])
         tables.append(table)
     return tables
 

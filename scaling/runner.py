@@ -14,6 +14,7 @@ from scaling.errors import ScalingError
 from scaling.execute import run_and_record
 from scaling.maxbatch import (MaxBatchResult, TrialRunner, check_search_bounds,
                               find_max_batches, trial_factory)
+from scaling.monitor import WatchSettings
 from scaling.placement import Placement
 from scaling.store import ResultStore
 from scaling.sweep import SweepConfig, device_counts, interpreters
@@ -71,8 +72,10 @@ def describe(fields: Dict) -> str:
 
 def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = None,
               console: Optional[Console] = None,
-              placement: Optional[Placement] = None) -> List[Dict]:
-    """Run and record each cell in turn; ``placement`` defaults to every rank on this machine."""
+              placement: Optional[Placement] = None,
+              watch: WatchSettings = WatchSettings()) -> List[Dict]:
+    """Run and record each cell in turn; ``placement`` defaults to every rank on this machine,
+    ``watch`` says how cells are watched."""
     console = console or Console(stderr=True)
     pythons = pythons or {}
     records = []
@@ -83,10 +86,12 @@ def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = No
         for cell in cells:
             progress.update(task, description=describe(cell.to_dict()))
             record = run_and_record(cell, out_dir, python=pythons.get(cell.framework),
-                                    placement=placement)
+                                    placement=placement, watch=watch)
             records.append(record)
             rate = (f"{record['images_per_sec']:.1f} img/s" if record["status"] == "ok"
                     else record["error"])
+            if record.get("noisy"):
+                rate += f" (noisy: {record['noise']})"
             progress.console.print(f"{describe(cell.to_dict())}: {record['status']} {rate}")
             progress.advance(task)
     return records

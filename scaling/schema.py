@@ -90,6 +90,15 @@ RECORD_FIELDS: Dict[str, str] = {
     "peak_memory_bytes_per_rank": "each rank's peak memory",
     "capped_memory_peak_bytes": "largest peak of the capped quantity",
     "memory_capacity_bytes": "smallest capacity of any rank",
+    "noisy": "whether other processes were busy before or during the window (or ran on the "
+             "cell's GPUs)",
+    "noise": "how busy, e.g. 'other processes used 0.90 cores of 2 during the window', or null",
+    "noise_cores": "cores other processes used during the window, on average",
+    "quiet_wait_s": "seconds waited for quiet before the cell (--wait-for-quiet), or null",
+    "telemetry": "window summary: cpu_util_mean (percent of all cores), rss_max_bytes_per_rank, "
+                 "and on GPUs gpu_util_mean, gpu_memory_max_bytes, power_mean_w, energy_j, "
+                 "temperature_max_c, sm_clock_mean_mhz (what the device gives); the series is "
+                 "cells/CELL/telemetry.jsonl",
     "versions": "framework and library versions",
     "device_name": "the device, as the framework names it",
     "layout": "NCHW or NHWC",
@@ -127,8 +136,8 @@ CSV_COLUMNS = [
     "cell", "framework", "launcher", "workload", "mode", "device_type", "devices", "nodes",
     "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
     "images_per_sec", *SCALING_FIELDS, "step_time_median_s", "step_time_p95_s",
-    "peak_memory_bytes", "params", "error", "steps", "warmup", "threads_per_device",
-    "memory_limit", "options", "device_name", "versions", "host", "hosts", "harness_version",
-    "started_at",
+    "peak_memory_bytes", "params", "noisy", "noise", "noise_cores", "telemetry", "error",
+    "steps", "warmup", "threads_per_device", "memory_limit", "options", "device_name",
+    "versions", "host", "hosts", "harness_version", "started_at",
 ]
 """Columns of ``results.csv``, in order."""

@@ -21,12 +21,17 @@ def test_the_timeout_is_not_part_of_the_identity():
 
 def test_a_field_added_with_a_default_keeps_older_ids():
     Later = dataclasses.make_dataclass(
-        "Later", [("min_time_s", float, dataclasses.field(
+        "Later", [("later_field", float, dataclasses.field(
             default=0.0, metadata={"identity": SINCE_DEFAULT}))],
         bases=(Cell,), frozen=True)
     old = make_cell(**KNOWN)
     assert Later(**old.to_dict()).cell_id == old.cell_id
-    assert Later(**old.to_dict(), min_time_s=5.0).cell_id != old.cell_id
+    assert Later(**{**old.to_dict(), "later_field": 5.0}).cell_id != old.cell_id
+
+
+def test_min_time_keeps_older_ids_at_its_default():
+    assert make_cell(**KNOWN, min_time_s=0).cell_id == "6f76d7ebda8dbfd3"
+    assert make_cell(**KNOWN, min_time_s=2).cell_id != "6f76d7ebda8dbfd3"
 
 
 def test_the_mode_keeps_train_cells_ids_and_tells_other_modes_apart():

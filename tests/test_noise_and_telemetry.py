@@ -1,0 +1,91 @@
+"""A cell measured while another process is busy says so, `--wait-for-quiet` waits for it to
+end, and telemetry covers the timed window only."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+
+from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok
+from scaling.monitor import SAMPLE_S, TELEMETRY_FILE
+
+CELL = ("run", "--workload", "cifar10", "--image-size", "16", "--batch-size", "4",
+        "--warmup", "1", "--steps", "10")
+
+
+@contextlib.contextmanager
+def busy_process(seconds: float = 3600):
+    """Another process keeping one core busy for ``seconds``."""
+    spinner = subprocess.Popen([sys.executable, "-c",
+                                f"import time\nend = time.time() + {seconds}\n"
+                                "while time.time() < end: pass"])
+    try:
+        yield spinner
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def run_one(out_dir, *args) -> dict:
+    scaling_cli_ok(*CELL, "--out", out_dir, *args)
+    [record] = read_records(out_dir)
+    assert record["status"] == "ok", record["error"]
+    return record
+
+
+def test_a_busy_process_during_the_window_makes_the_cell_noisy(tmp_path):
+    with busy_process():
+        busy = run_one(tmp_path / "busy", "--min-time", 2)
+    quiet = run_one(tmp_path / "quiet", "--min-time", 2)
+    assert busy["noisy"] is True
+    assert "cores of" in busy["noise"] and "during the window" in busy["noise"]
+    assert busy["noise_cores"] > 0.6
+    assert busy["noise_cores"] > quiet["noise_cores"] + 0.5
+
+
+def test_wait_for_quiet_waits_until_the_busy_process_ends(out_dir):
+    with busy_process(seconds=3):
+        record = run_one(out_dir, "--wait-for-quiet", 30)
+    assert 1.5 <= record["quiet_wait_s"] < 30
+
+
+def test_wait_for_quiet_gives_up_after_its_limit_and_says_so(out_dir):
+    with busy_process():
+        record = run_one(out_dir, "--wait-for-quiet", 1)
+    assert 1 <= record["quiet_wait_s"] < 5
+    assert record["noisy"] is True
+    assert "before the cell after waiting 1 s for quiet" in record["noise"]
+
+
+def test_telemetry_summarizes_the_window_of_every_rank(out_dir):
+    record = run_one(out_dir, "--devices", 2, "--min-time", 2)
+    telemetry = record["telemetry"]
+    assert telemetry["samples"] >= 3
+    assert 0 < telemetry["cpu_util_mean"] <= 100
+    assert len(telemetry["rss_max_bytes_per_rank"]) == 2
+    assert all(rss > 50 * 2**20 for rss in telemetry["rss_max_bytes_per_rank"])
+    assert "gpu_util_mean" not in telemetry and "energy_j" not in telemetry
+    reports = rank_reports(record)
+    start, end = min(r["start"] for r in reports), max(r["end"] for r in reports)
+    series = [json.loads(line) for line in
+              (out_dir / "cells" / record["cell"] / TELEMETRY_FILE).read_text().splitlines()]
+    assert len(series) == telemetry["samples"]
+    for point in series:
+        assert start < point["t"] < end + SAMPLE_S + 0.1
+        assert set(point["rss_bytes"]) == {"0", "1"}
+
+
+def test_no_telemetry_keeps_the_noise_check(out_dir):
+    record = run_one(out_dir, "--no-telemetry", "--min-time", 1.5)
+    assert record["telemetry"] is None
+    assert not (out_dir / "cells" / record["cell"] / TELEMETRY_FILE).exists()
+    assert record["noise_cores"] >= 0
+
+
+def test_a_bad_wait_is_a_one_line_error(out_dir):
+    result = scaling_cli(*CELL, "--out", out_dir, "--wait-for-quiet=soon")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == \
+        "Error: Invalid value for '--wait-for-quiet': 'soon' is not a valid float."
