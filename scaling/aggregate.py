@@ -17,6 +17,14 @@ def _failed(report: Dict) -> Dict:
     return {"status": report["status"], "error": f"rank {report['rank']}: {report['error']}"}
 
 
+def _mean_breakdown(reports: List[Dict]) -> Optional[Dict[str, float]]:
+    """The ranks' step breakdowns, averaged; None when no rank profiled."""
+    found = [r["step_breakdown"] for r in reports if r.get("step_breakdown")]
+    if not found:
+        return None
+    return {share: statistics.fmean(b[share] for b in found) for share in found[0]}
+
+
 def summarize(
     reports: List[Dict], world_size: int, returncode: Optional[int], timed_out: bool,
     timeout_s: float, first_rank: int = 0,
@@ -69,6 +77,7 @@ def summarize(
         "timed_images": images,
         "timed_window_s": window,
         "steps_timed": slowest["steps_timed"],
+        "step_breakdown": _mean_breakdown(reports),
         "step_time_median_s": statistics.median(r["step_time_median_s"] for r in reports),
         "step_time_p95_s": max(r["step_time_p95_s"] for r in reports),
         "peak_memory_bytes": max(peaks),

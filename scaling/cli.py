@@ -214,6 +214,10 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
 @click.option("--min-time", "min_time_s", type=float, default=0.0, show_default=True,
               help="Seconds the timed window lasts at least: after --steps it goes on by "
                    "whole chunks until it does.")
+@click.option("--profile", is_flag=True,
+              help="After the window, run a few steps under the framework's profiler (a trace "
+                   "per rank in the cell folder) and record the step's compute, communication "
+                   "and idle fractions.")
 @watch_options
 def run(out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, hosts,
         wait_for_quiet_s, no_telemetry, **fields):

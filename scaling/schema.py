@@ -51,6 +51,10 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "world_size": "processes in the cell (launchers that set WORLD_SIZE)",
     "amp_dtype": "the autocast dtype under mixed precision, or null",
     "compile_s": "seconds that compilation took, before the warm-up",
+    "step_breakdown": "with profile: {compute, communication, idle}, fractions of the profiled "
+                      "steps (scaling.workers.breakdown)",
+    "trace": "with profile: this rank's Chrome trace, cells/CELL/trace-rank{N}.json",
+    "profile_error": "with profile: why there is no breakdown",
 }
 """Fields of ``cells/CELL/rank{N}.json``; frameworks may add their own details."""
 
@@ -75,6 +79,7 @@ RECORD_FIELDS: Dict[str, str] = {
     "options": "framework options",
     "timeout_s": "seconds before the process tree is killed",
     "min_time_s": "seconds the timed window lasts at least (it goes on by whole chunks)",
+    "profile": "whether a few steps ran under the profiler after the window",
     "mode": "train, forward (inference) or forward_backward (no optimizer step)",
     "status": "one of " + ", ".join(STATUSES),
     "error": "one-line reason when not ok",
@@ -84,6 +89,8 @@ RECORD_FIELDS: Dict[str, str] = {
     "timed_images": "global images over the timed window",
     "timed_window_s": "the longest rank window, seconds",
     "steps_timed": "steps each rank timed",
+    "step_breakdown": "with profile: {compute, communication, idle} fractions of a step, the "
+                      "mean over ranks",
     "step_time_median_s": "median over ranks of their median step time",
     "step_time_p95_s": "largest 95th percentile step time of any rank",
     "peak_memory_bytes": "largest peak memory of any rank",
@@ -136,7 +143,8 @@ CSV_COLUMNS = [
     "cell", "framework", "launcher", "workload", "mode", "device_type", "devices", "nodes",
     "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
     "images_per_sec", *SCALING_FIELDS, "step_time_median_s", "step_time_p95_s",
-    "peak_memory_bytes", "params", "noisy", "noise", "noise_cores", "telemetry", "error",
+    "peak_memory_bytes", "params", "noisy", "noise", "noise_cores", "telemetry", "step_breakdown",
+    "error",
     "steps", "warmup", "threads_per_device", "memory_limit", "options", "device_name",
     "versions", "host", "hosts", "harness_version", "started_at",
 ]

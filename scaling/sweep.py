@@ -69,6 +69,8 @@ class SweepConfig:
     warmup: int = 5
     min_time_s: float = 0.0
     """Each cell's timed window goes on past ``steps`` until it lasts this long."""
+    profile: bool = False
+    """After each window, profile a few steps and record where the step time goes."""
     repeats: int = 1
     timeout_s: float = 600.0
     threads_per_device: Optional[int] = None
@@ -213,6 +215,7 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                 threads_per_device=config.threads_per_device, nodes=config.nodes,
                 memory_limit=memory_limit, repeat=repeat, options=section.options,
                 timeout_s=config.timeout_s, mode=mode, min_time_s=config.min_time_s,
+                profile=config.profile,
                 allow_oversubscribe=config.allow_oversubscribe,
             ))
     return cells

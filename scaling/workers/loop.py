@@ -10,6 +10,8 @@ A framework supplies a *session* built for one process of a cell:
   process calls it at the same point);
 - ``step_timer()``, optional: an object with ``mark()`` and ``step_times()``, for frameworks
   with device events (chunk means otherwise);
+- ``profile(steps, path)``, optional: run ``steps`` steps under the framework's profiler, write
+  its Chrome trace to ``path`` and return whether compute ran on a device (GPU);
 - ``finish()``: a dict of what the process reports after its window (memory, parameters).
 
 Everything else is here, written once: warm-up, the window between two barriers, step times,
@@ -27,6 +29,7 @@ import time
 from typing import Callable, Dict
 
 from scaling.workers import common
+from scaling.workers.breakdown import PROFILE_STEPS, breakdown_of_trace
 
 
 def chunk_length(steps: int) -> int:
@@ -85,6 +88,16 @@ def timed_window(session, cell: Dict, faults: common.FaultInjector) -> Dict:
     }
 
 
+def profiled_steps(session, cell_dir: str, rank: int) -> Dict:
+    """After the window: ``PROFILE_STEPS`` steps under the profiler, and where their time went."""
+    if not hasattr(session, "profile"):
+        return {"step_breakdown": None,
+                "profile_error": "this framework's worker has no profiler hook"}
+    path = os.path.join(cell_dir, f"trace-rank{rank}.json")
+    on_device = session.profile(PROFILE_STEPS, path)
+    return {"step_breakdown": breakdown_of_trace(path, on_device), "trace": path}
+
+
 def watch_for_signals(cell_dir: str, rank: int) -> None:
     """Fork: the child goes on as the rank; this process waits for it and, if a signal killed
     it before it reported (SIGKILL from the kernel's OOM killer, SIGSEGV), writes its report:
@@ -127,4 +140,6 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
         report["host"] = socket.gethostname()
         session = build(cell, report, rank)
         report.update(timed_window(session, cell, common.FaultInjector(rank)))
+        if cell.get("profile"):
+            report.update(profiled_steps(session, cell_dir, rank))
         report.update(session.finish())

@@ -90,6 +90,17 @@ class MxnetSession:
     def any_rank(self, flag: bool) -> bool:
         return flag
 
+    def profile(self, steps: int, path: str) -> bool:
+        profiler = self.mx.profiler
+        profiler.set_config(profile_all=True, filename=path, aggregate_stats=False)
+        profiler.set_state("run")
+        for _ in range(steps):
+            self.step()
+        self.synchronize()
+        profiler.set_state("stop")
+        profiler.dump()
+        return self.gpu
+
     def finish(self) -> dict:
         params = sum(p.data(self.contexts[0]).size for p in self.net.collect_params().values()
                      if p.grad_req != "null")

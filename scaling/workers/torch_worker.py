@@ -129,6 +129,17 @@ class TorchSession:
         self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
         return bool(value.item())
 
+    def profile(self, steps: int, path: str) -> bool:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.is_gpu else [])
+        with profile(activities=activities) as profiler:
+            for _ in range(steps):
+                self.step()
+            self.synchronize()
+        profiler.export_chrome_trace(path)
+        return self.is_gpu
+
     def step_timer(self):
         """CUDA events on GPU; on CPU a step has finished when it returns, so chunk means do."""
         return _CudaEventTimer(self.torch) if self.is_gpu else None

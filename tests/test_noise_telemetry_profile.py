@@ -1,5 +1,5 @@
 """A cell measured while another process is busy says so, `--wait-for-quiet` waits for it to
-end, and telemetry covers the timed window only."""
+end, telemetry covers the timed window only, and `--profile` says where the step time goes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ import contextlib
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok
 from scaling.monitor import SAMPLE_S, TELEMETRY_FILE
+from scaling.workers.breakdown import COMMUNICATION, step_breakdown
 
 CELL = ("run", "--workload", "cifar10", "--image-size", "16", "--batch-size", "4",
         "--warmup", "1", "--steps", "10")
@@ -89,3 +93,39 @@ def test_a_bad_wait_is_a_one_line_error(out_dir):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == \
         "Error: Invalid value for '--wait-for-quiet': 'soon' is not a valid float."
+
+
+@pytest.mark.parametrize("framework, launcher", [("torch", "torchrun"),
+                                                 ("mxnet", "mxnet-kvstore")])
+def test_profile_splits_the_step_into_compute_communication_and_idle(
+        out_dir, framework, launcher):
+    record = run_one(out_dir, "--framework", framework, "--launcher", launcher, "--devices", 2,
+                     "--profile")
+    assert record["profile"] is True and record["steps_timed"] == 10
+    breakdown = record["step_breakdown"]
+    assert set(breakdown) == {"compute", "communication", "idle"}
+    assert sum(breakdown.values()) == pytest.approx(1.0)
+    assert breakdown["compute"] > 0.3
+    for report in rank_reports(record):
+        trace = json.loads(Path(report["trace"]).read_text())
+        assert any(COMMUNICATION.search(event.get("name", ""))
+                   for event in trace["traceEvents"])
+        assert report["step_breakdown"]
+
+
+def test_tensorflow_says_it_has_no_breakdown(out_dir):
+    record = run_one(out_dir, "--framework", "tensorflow", "--profile")
+    assert record["step_breakdown"] is None
+    [report] = rank_reports(record)
+    assert report["profile_error"] == "this framework's worker has no profiler hook"
+
+
+def test_breakdown_counts_only_communication_that_compute_does_not_hide():
+    events = [
+        {"name": "aten::conv2d", "ts": 0, "dur": 40, "cat": "cpu_op", "ph": "X"},
+        {"name": "gloo:all_reduce", "ts": 30, "dur": 30, "cat": "cpu_op", "ph": "X"},
+        {"name": "aten::add_", "ts": 80, "dur": 20, "cat": "cpu_op", "ph": "X"},
+    ]
+    # span 100: compute 60, communication 60-40 = 20 not hidden, idle 60..80 = 20
+    assert step_breakdown(events, on_device=False) == pytest.approx(
+        {"compute": 0.6, "communication": 0.2, "idle": 0.2})
