@@ -43,6 +43,21 @@ def grids(rows: List[Dict]) -> List[Dict]:
     } for family, cells in sorted(families.items(), key=lambda item: str(item[0]))]
 
 
+def measured_details(rows: List[Dict]) -> List[Dict]:
+    """One line per ok record with telemetry or a step breakdown: what the machine did during
+    the window, and where the step time went."""
+    lines = []
+    for row in sorted(rows, key=lambda r: (str(series_key(r)), r["total_devices"], r["repeat"])):
+        telemetry, breakdown = row.get("telemetry") or {}, row.get("step_breakdown")
+        if row["status"] != "ok" or not (telemetry or breakdown):
+            continue
+        lines.append({"label": family_label(family_key(series_key(row))),
+                      "batch": row["batch_size"], "devices": row["total_devices"],
+                      "repeat": row["repeat"], "telemetry": telemetry,
+                      "breakdown": breakdown or {}})
+    return lines
+
+
 def _inline(figure) -> Markup:
     return Markup(svg(figure)) if figure is not None else None
 
@@ -54,6 +69,7 @@ def _workload_section(key, rows: List[Dict]) -> Dict:
         "title": f"{workload} at {size}x{size} on {device_type}",
         "anchor": f"{workload}-{size}-{device_type}",
         "grids": grids(rows),
+        "details": measured_details(rows),
         "scaling": _inline(scaling_figure(rows, f"{workload}, {size}x{size}, "
                                                 "per-device batch fixed")),
         "frameworks": _inline(frameworks_figure(rows, f"{workload}: frameworks and launchers"))

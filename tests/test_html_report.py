@@ -76,7 +76,11 @@ MIXED = [
     recorded_cell(2, 100.0, batch=64, framework="tensorflow", launcher="tf-mirrored",
                   version="2.16.2"),
     {**recorded_cell(1, 900.0, workload="alexnet"), "images_per_sec_ci95": [880.0, 920.0]},
-    {**recorded_cell(4, 3000.0, workload="alexnet"), "images_per_sec_ci95": [2700.0, 3300.0]},
+    {**recorded_cell(4, 3000.0, workload="alexnet"), "images_per_sec_ci95": [2700.0, 3300.0],
+     "telemetry": {"cpu_util_mean": 12.0, "rss_max_bytes_per_rank": [2**30, 3 * 2**29],
+                   "gpu_util_mean": 93.0, "gpu_memory_max_bytes": 40 * 2**30,
+                   "power_mean_w": 301.0, "energy_j": 1204.0},
+     "step_breakdown": {"compute": 0.7, "communication": 0.2, "idle": 0.1}},
 ]
 """Recorded results mixing ok, OOM, a timeout, a missing baseline, two frameworks, and
 intervals, one of them too wide."""
@@ -129,6 +133,13 @@ def test_cells_show_their_interval_and_suspect_cells_say_why(page):
     reason = "the 95% interval spans 20% of the figure"
     assert f'data-suspect="{reason}"' in page
     assert f"<b>?</b> alexnet at 224x224 on gpu, {TORCH}, batch 32, 4 devices: {reason}." in page
+
+
+def test_telemetry_and_the_step_breakdown_have_their_table(page):
+    details = page[page.index('<table class="details">'):]
+    details = " ".join(re.sub(r"<[^>]+>", " ", details[:details.index("</table>")]).split())
+    assert f"{TORCH} 32 4 0 12% 1.50 GiB 93% 40.00 GiB 301 W 1,204 J 70% 20% 10%" in details
+    assert page.count('<table class="details">') == 1
 
 
 def test_footnotes_explain_every_mark_on_the_page(page):
