@@ -12,16 +12,14 @@ each and the ratio of medians (harness / plain). Target: ratio >= 0.97.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from benchlib import harness_record, machine
 from scaling import hardware
-from scaling.cell import make_cell
-from scaling.execute import run_cell
 from scaling.frameworks import get_framework
 
 HERE = Path(__file__).resolve().parent
@@ -51,15 +49,11 @@ def plain_run(args, threads: int, scratch: Path) -> float:
 
 
 def harness_run(args, repeat: int, scratch: Path) -> float:
-    cell = make_cell(framework=args.framework, launcher=PLAIN[args.framework],
-                     workload=args.workload,
-                     devices=args.devices, batch_size=args.batch_size,
-                     image_size=args.image_size, steps=args.steps, warmup=args.warmup,
-                     device_type="cpu", repeat=repeat)
-    record = run_cell(cell, scratch / "harness")
-    if record["status"] != "ok":
-        raise SystemExit(f"harness run failed: {record['error']}")
-    return record["images_per_sec"]
+    return harness_record(scratch / "harness", framework=args.framework,
+                          launcher=PLAIN[args.framework], workload=args.workload,
+                          devices=args.devices, batch_size=args.batch_size,
+                          image_size=args.image_size, steps=args.steps, warmup=args.warmup,
+                          repeat=repeat)["images_per_sec"]
 
 
 def main():
@@ -87,8 +81,7 @@ def main():
         "benchmark": f"{args.framework} harness ({PLAIN[args.framework]}) vs plain loop",
         "config": {**vars(args), "output": None, "threads_per_device": threads,
                    "device_type": "cpu"},
-        "machine": {"cpu_model": hardware.cpu_model(), "cores": hardware.cpu_cores(),
-                    "python": platform.python_version()},
+        "machine": machine(),
         "harness_images_per_sec": harness,
         "plain_images_per_sec": plain,
         "harness_median": statistics.median(harness),

@@ -10,14 +10,11 @@ and reports each option's median images/sec and its ratio to the plain cell's me
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 from pathlib import Path
 
-from scaling import hardware
-from scaling.cell import make_cell
-from scaling.execute import run_cell
+from benchlib import harness_record, machine
 
 VARIANTS = {"plain": {}, "amp": {"amp": True}, "channels_last": {"channels_last": True},
             "compile": {"compile": True}}
@@ -26,12 +23,9 @@ WORKLOADS = [("resnet50", 64, 8, 8, 2), ("cifar10", 32, 32, 30, 5)]
 
 
 def measure(workload, size, batch, steps, warmup, options, repeat, scratch: Path) -> dict:
-    cell = make_cell(framework="torch", launcher="torchrun", workload=workload, devices=1,
-                     batch_size=batch, image_size=size, steps=steps, warmup=warmup,
-                     device_type="cpu", options=options, repeat=repeat, timeout_s=1800)
-    record = run_cell(cell, scratch)
-    if record["status"] != "ok":
-        raise SystemExit(f"{workload} {options}: {record['status']}: {record['error']}")
+    record = harness_record(scratch, framework="torch", launcher="torchrun", workload=workload,
+                            devices=1, batch_size=batch, image_size=size, steps=steps,
+                            warmup=warmup, options=options, repeat=repeat, timeout_s=1800)
     report = json.loads((Path(record["log"]).parent / "rank0.json").read_text())
     return {"images_per_sec": record["images_per_sec"], "compile_s": report.get("compile_s")}
 
@@ -65,8 +59,7 @@ def main():
                              for name, ratio in results[workload]["ratio_to_plain"].items()})
     output = {
         "benchmark": "torch options on CPU, one device, harness cells",
-        "machine": {"cpu_model": hardware.cpu_model(), "cores": hardware.cpu_cores(),
-                    "python": platform.python_version()},
+        "machine": machine(),
         "runs": args.runs, "workloads": results,
     }
     if args.output:

@@ -146,7 +146,8 @@ def watch_options(command):
              "noisy either way.")(command)
     command = click.option(
         "--no-telemetry", is_flag=True,
-        help="Do not sample CPU, memory and GPU use during the timed window.")(command)
+        help="Do not sample the cell while it runs (CPU, memory and GPU use); its noise is "
+             "then judged from a look at the machine just before it starts.")(command)
     return command
 
 

@@ -5,9 +5,11 @@ and during its timed window, and on GPUs any process on the cell's devices that 
 cell's. Telemetry: the CPU use and RSS of the cell's processes, and on GPUs each device's
 utilisation, memory, power, temperature and SM clock (NVIDIA's management library).
 
-A thread samples every ``SAMPLE_S`` seconds while the cell runs. Only the samples inside the
-timed window, as the ranks report it on this host's clock, make the summary and the series kept
-in the cell's folder; warm-up, start-up and shut-down are left out.
+With telemetry on (the default), a thread samples every ``SAMPLE_S`` seconds while the cell
+runs. Only the samples inside the timed window, as the ranks report it on this host's clock,
+make the summary, the noise during the window and the series kept in the cell's folder;
+warm-up, start-up and shut-down are left out. With telemetry off nothing samples the cell, and
+its noise is judged from the look at the machine just before it starts.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class CellMonitor:
 
     def __init__(self, gpu_indices: List[int], telemetry: bool = True):
         self.telemetry = telemetry
-        self.nvml = _Nvml.open(gpu_indices) if gpu_indices else None
+        self.nvml = _Nvml.open(gpu_indices) if gpu_indices and telemetry else None
         self.samples: List[Dict] = []
         self.root: Optional[psutil.Process] = None
         self.ranks: Dict[int, int] = {}
@@ -128,6 +130,9 @@ class CellMonitor:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self, pid: int) -> None:
+        """Sample the process tree of ``pid`` until :meth:`stop` (nothing without telemetry)."""
+        if not self.telemetry:
+            return
         with contextlib.suppress(psutil.NoSuchProcess):
             self.root = psutil.Process(pid)
             self._thread.start()
@@ -198,8 +203,8 @@ def _intervals(samples: List[Dict], start: float, end: float) -> List[Dict]:
 def summarize_watch(monitor: CellMonitor, window: Optional[Tuple[float, float]],
                     before_cores: Optional[float], waited_s: Optional[float],
                     cell_dir: Path) -> Dict:
-    """``noisy``, ``noise``, ``noise_cores`` and ``telemetry`` for the record; the window's
-    series goes to ``cell_dir/telemetry.jsonl``."""
+    """``noisy``, ``noise``, ``noise_cores`` (None without samples in the window), and
+    ``telemetry`` for the record; the window's series goes to ``cell_dir/telemetry.jsonl``."""
     reasons = []
     if before_cores is not None and before_cores > NOISE_CORES:
         waited = f" after waiting {waited_s:.0f} s for quiet" if waited_s else ""
@@ -215,7 +220,7 @@ def summarize_watch(monitor: CellMonitor, window: Optional[Tuple[float, float]],
         reasons.append(f"processes {others} that are not the cell's ran on its GPUs")
     result = {"noisy": bool(reasons), "noise": "; ".join(reasons) or None,
               "noise_cores": during, "quiet_wait_s": waited_s, "telemetry": None}
-    if monitor.telemetry and intervals:
+    if intervals:
         result["telemetry"] = _telemetry(intervals, window)
         with open(cell_dir / TELEMETRY_FILE, "w") as series:
             for interval in intervals:

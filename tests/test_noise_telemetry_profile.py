@@ -81,11 +81,12 @@ def test_telemetry_summarizes_the_window_of_every_rank(out_dir):
         assert set(point["rss_bytes"]) == {"0", "1"}
 
 
-def test_no_telemetry_keeps_the_noise_check(out_dir):
-    record = run_one(out_dir, "--no-telemetry", "--min-time", 1.5)
-    assert record["telemetry"] is None
+def test_no_telemetry_samples_nothing_but_still_looks_before_the_cell(out_dir):
+    with busy_process():
+        record = run_one(out_dir, "--no-telemetry", "--min-time", 1.5)
+    assert record["telemetry"] is None and record["noise_cores"] is None
     assert not (out_dir / "cells" / record["cell"] / TELEMETRY_FILE).exists()
-    assert record["noise_cores"] >= 0
+    assert record["noisy"] is True and "before the cell" in record["noise"]
 
 
 def test_a_bad_wait_is_a_one_line_error(out_dir):
