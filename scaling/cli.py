@@ -151,6 +151,44 @@ def watch_options(command):
     return command
 
 
+BACKENDS = ("local", "slurm")
+
+
+def backend_options(command):
+    """``--backend``, ``--wait`` and the Slurm resources, as ``backend``, ``wait`` and a
+    ``slurm`` dict of flags."""
+    flags = [
+        click.option("--backend", type=click.Choice(BACKENDS), default="local",
+                     show_default=True,
+                     help="local: run here, one cell after another; slurm: submit job arrays, "
+                          "one task per cell, and return (see --wait, scaling status)."),
+        click.option("--wait", is_flag=True,
+                     help="With --backend slurm: block, with a progress bar, until every cell "
+                          "has ended."),
+        click.option("--partition"), click.option("--account"), click.option("--qos"),
+        click.option("--time", "time_limit", help="Slurm time limit per cell, e.g. 0:30:00."),
+        click.option("--gpus-per-node", type=int), click.option("--cpus-per-task", type=int),
+        click.option("--constraint"),
+        click.option("--sbatch-arg", "extra_args", multiple=True,
+                     help="Passed to sbatch as it is; repeatable."),
+        click.option("--parallel", type=int,
+                     help="At most this many array tasks of a job at once (%N)."),
+    ]
+    for flag in reversed(flags):
+        command = flag(command)
+    return command
+
+
+SLURM_FLAGS = ("partition", "account", "qos", "time_limit", "gpus_per_node", "cpus_per_task",
+               "constraint", "extra_args", "parallel")
+
+
+def pop_slurm_flags(fields: dict) -> dict:
+    flags = {name: fields.pop(name) for name in SLURM_FLAGS}
+    flags["time"] = flags.pop("time_limit")
+    return flags
+
+
 def watch_settings(wait_for_quiet_s, no_telemetry) -> WatchSettings:
     return WatchSettings(telemetry=not no_telemetry, wait_for_quiet_s=wait_for_quiet_s)
 
@@ -220,14 +258,22 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
                    "per rank in the cell folder) and record the step's compute, communication "
                    "and idle fractions.")
 @watch_options
+@backend_options
 def run(out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, hosts,
-        wait_for_quiet_s, no_telemetry, **fields):
+        wait_for_quiet_s, no_telemetry, backend, wait, **fields):
     """Run one cell and append its result to OUT/results.jsonl.
 
-    Exits 0 when the cell is ok and 1 when it ended otherwise (oom, timeout, ...)."""
+    With --backend slurm, submit it as a one-task job array on --nodes nodes instead.
+
+    Exits 0 when the cell is ok and 1 when it ended otherwise (oom, timeout, ...); with
+    --backend slurm and no --wait, 0 once it is submitted."""
     watch = watch_settings(wait_for_quiet_s, no_telemetry)
+    flags = pop_slurm_flags(fields)
     cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
                      options=parse_options(option_pairs), **fields)
+    if backend == "slurm":
+        _run_on_slurm(cell, out_dir, python, watch, wait, flags)
+        return
     placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell), cell.nodes,
                                 node_rank, rendezvous, hosts.split(",") if hosts else None)
     prepare_out_dir(out_dir)
@@ -242,6 +288,20 @@ def run(out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, host
         _print_record(recorded)
     if recorded["status"] != "ok":
         sys.exit(1)
+
+
+def _run_on_slurm(cell, out_dir, python, watch, wait, flags) -> None:
+    from scaling import slurm_backend
+
+    prepare_out_dir(out_dir)
+    slurm_backend.submit([cell], out_dir, slurm_backend.with_overrides(None, **flags), "run",
+                         {cell.framework: python} if python else {}, watch, console)
+    if wait:
+        slurm_backend.wait(out_dir, [cell.cell_id], console)
+        recorded = ResultStore(out_dir).done()[cell.cell_id]
+        _print_record(recorded)
+        if recorded["status"] != "ok":
+            sys.exit(1)
 
 
 def _device_list(text: str):
@@ -328,11 +388,17 @@ def _print_report(out_dir) -> None:
 @click.option("--resume", is_flag=True, help="Skip the cells already recorded in OUT.")
 @ALLOW_OVERSUBSCRIBE
 @watch_options
-def sweep(config, out_dir, resume, allow_oversubscribe, wait_for_quiet_s, no_telemetry):
+@backend_options
+def sweep(config, out_dir, resume, allow_oversubscribe, wait_for_quiet_s, no_telemetry,
+          backend, wait, **slurm_flags):
     """Run every cell of the sweep file CONFIG, then print the scaling report.
 
-    Exits 0 once every cell has a status, whatever the statuses are, and ends with a count of
-    cells by status."""
+    With --backend slurm, submit the cells as job arrays (one per group of cells that need the
+    same resources) and return, or with --wait block until they end; --resume skips cells that
+    are recorded or still queued.
+
+    Exits 0 once every cell has a status (or, with --backend slurm and no --wait, once every
+    cell is submitted), whatever the statuses are, and ends with a count of cells by status."""
     watch = watch_settings(wait_for_quiet_s, no_telemetry)
     spec = load_sweep(config)
     if allow_oversubscribe:
@@ -341,22 +407,99 @@ def sweep(config, out_dir, resume, allow_oversubscribe, wait_for_quiet_s, no_tel
     prepare_out_dir(out_dir)
     check_resumable(out_dir, resume)
     keep_sweep_file(out_dir, config)
+    if backend == "slurm":
+        _sweep_on_slurm(spec, out_dir, watch, wait, pop_slurm_flags(slurm_flags))
+        return
     max_batches = None
     if spec.needs_max_batch():
         max_batches, found = search_max_batches(spec, out_dir, console)
         print_max_batches(found)
         console.print(f"wrote {write_maxbatch_csv(found, out_dir)}")
     cells = expand(spec, max_batches)
+    several = sorted({cell.nodes for cell in cells if cell.nodes > 1})
+    if several:
+        raise ScalingError(f"cells on {', '.join(map(str, several))} nodes need a scheduler: "
+                           "use --backend slurm (or scaling run --nodes on each node)")
     todo = pending_cells(cells, out_dir)
     console.print(f"{spec.name}: {len(cells)} cells, {len(cells) - len(todo)} already recorded, "
                   f"output in {out_dir}")
     run_cells(todo, out_dir, interpreters(spec), watch=watch)
     _print_report(out_dir)
+    _print_counts(cells, out_dir)
+
+
+def _print_counts(cells, out_dir) -> None:
     recorded = ResultStore(out_dir).done()
     counts = Counter(recorded[cell.cell_id]["status"] for cell in cells
                      if cell.cell_id in recorded)
     console.print(f"{len(cells)} cells: " + ", ".join(
         f"{count} {status}" for status, count in counts.most_common()))
+
+
+def _sweep_on_slurm(spec, out_dir, watch, wait, flags) -> None:
+    from scaling import slurm_backend
+
+    if spec.needs_max_batch():
+        raise ScalingError("batch_sizes: max searches on this machine: run that sweep with "
+                           "--backend local, or give numeric batch sizes")
+    section = slurm_backend.with_overrides(spec.slurm, **flags)
+    cells = expand(spec)
+    slurm_backend.submit(cells, out_dir, section, spec.name, interpreters(spec), watch, console)
+    if wait:
+        slurm_backend.wait(out_dir, [cell.cell_id for cell in cells], console)
+        _print_report(out_dir)
+        _print_counts(cells, out_dir)
+
+
+@cli.command()
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--wait", is_flag=True, help="Block, with a progress bar, until every cell ended.")
+def status(out_dir, wait):
+    """Where the cells that OUT_DIR submitted to Slurm stand: pending, running, or their final
+    status. One squeue and one scontrol call per poll; a cell whose job ended without a record
+    (timeout, cancelled, node failure, out of memory, vanished) is recorded here with the reason.
+
+    Exits 0."""
+    from scaling import slurm_backend, slurm_queue
+
+    slurm_backend.require_slurm()
+    states = slurm_queue.poll(out_dir)
+    if wait:
+        states = slurm_backend.wait(out_dir, list(states), console)
+    table = Table(title=f"{out_dir}: cells submitted to Slurm")
+    for header in ("cell", "job", "state"):
+        table.add_column(header)
+    for cell_id, state in states.items():
+        table.add_row(f"{state['what']} ({cell_id})", state["job"] or "-", state["state"])
+    console.print(table)
+    console.print(f"{len(states)} cells: " + ", ".join(
+        f"{count} {name}" for name, count in sorted(slurm_queue.counts(states).items())))
+
+
+@cli.command()
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+def cancel(out_dir):
+    """Cancel the Slurm jobs of OUT_DIR and record their unfinished cells as cancelled.
+
+    A later `sweep --resume` skips them, as it skips every recorded cell. Exits 0."""
+    from scaling import slurm_backend, slurm_queue
+
+    slurm_backend.require_slurm()
+    states = slurm_queue.cancel(out_dir)
+    console.print(f"{len(states)} cells: " + ", ".join(
+        f"{count} {name}" for name, count in sorted(slurm_queue.counts(states).items())))
+
+
+@cli.command(name="slurm-task", hidden=True)
+@click.argument("out_dir")
+@click.argument("group_file")
+@click.argument("index", type=int)
+def slurm_task(out_dir, group_file, index):
+    """Run cell INDEX of GROUP_FILE on this node of a Slurm allocation (batch scripts call it)."""
+    from scaling.slurm_task import run_task
+
+    record = run_task(out_dir, group_file, index)
+    console.print(f"{record['cell']}: {record.get('status')}")
 
 
 @cli.command(name="report")

@@ -85,7 +85,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     missing = missing_framework(cell.framework, python)
     if missing is not None:
-        return _record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
+        return make_record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
                        started_at, 0.0, token=None)
     argv = launcher.command(cell, placement, str(cell_dir), python)
     env = {
@@ -126,7 +126,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         outcome.update(summarize_watch(
             monitor, window_on_this_host(reports, socket.gethostname()), before_cores,
             waited_s, cell_dir))
-    return _record(cell, cell_dir, outcome, reports, started_at, wall_s, token)
+    return make_record(cell, cell_dir, outcome, reports, started_at, wall_s, token)
 
 
 def prepare_cell_dir(cell: Cell, out_dir, placement: Placement) -> Path:
@@ -148,8 +148,10 @@ def wait_for_reports(cell_dir: Path, expected: int, grace_s: float) -> None:
         time.sleep(0.2)
 
 
-def _record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: str, wall_s: float,
-            token: Optional[str]) -> Dict:
+def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: Optional[str],
+                wall_s: float, token: Optional[str]) -> Dict:
+    """The cell's record from its outcome and rank reports, also written to
+    ``cell_dir/record.json``."""
     first = min(reports, key=lambda r: r["rank"]) if reports else {}
     record = {
         "cell": cell.cell_id,
@@ -177,8 +179,9 @@ def _record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: str,
 
 
 def run_and_record(cell: Cell, out_dir, **kwargs) -> Dict:
-    """Run the cell; the node that makes its record (node 0) adds it to the store."""
+    """Run the cell; the node that makes its record (node 0) adds it to the store, unless an
+    earlier attempt at the cell already did."""
     record = run_cell(cell, out_dir, **kwargs)
     if "node_rank" not in record:
-        ResultStore(out_dir).append(record)
+        ResultStore(out_dir).append_once(record)
     return record

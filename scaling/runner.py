@@ -54,7 +54,7 @@ def search_max_batches(spec: SweepConfig, out_dir, console: Console
                 framework=framework, launcher=launcher, workload=workload,
                 image_size=spec.image_size, steps=section.steps, warmup=section.warmup,
                 device_type=device_type, threads_per_device=spec.threads_per_device,
-                nodes=spec.nodes, memory_limit=memory_limit, options=fw_section.options,
+                nodes=1, memory_limit=memory_limit, options=fw_section.options,
                 timeout_s=spec.timeout_s, allow_oversubscribe=spec.allow_oversubscribe)
             for result in find_max_batches(
                     make_trial, device_counts(spec.devices, device_type), section.multiple_of,

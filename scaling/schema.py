@@ -115,6 +115,8 @@ RECORD_FIELDS: Dict[str, str] = {
     "cpu_cores": "its cores",
     "harness_version": "version of this harness",
     "started_at": "UTC start time",
+    "slurm": "under --backend slurm: job_id, array_task_id, node_list, nodes (each node's "
+             "host, CPU and GPUs), restart_count",
     "wall_s": "seconds from launch to the end of the process tree",
     "log": "the launcher's log",
     "process_token": "token every process of the cell carried",

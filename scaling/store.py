@@ -62,35 +62,57 @@ class ResultStore:
         return {record["cell"]: record for record in self._read()}
 
     def append(self, record: Dict) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        line = (json.dumps(record, sort_keys=True) + "\n").encode()
-        with self._locked():
-            self._drop_partial_line()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                written = os.write(fd, line)
-                if written != len(line):
-                    raise OSError(f"short write to {self.path}: {written} of {len(line)} bytes")
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        locked_append(self.path, record)
 
-    @contextlib.contextmanager
-    def _locked(self):
-        fd = os.open(self.path.with_name(RESULTS_FILE + LOCK_SUFFIX), os.O_RDWR | os.O_CREAT,
-                     0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def append_once(self, record: Dict) -> bool:
+        """Append ``record`` unless its cell is already recorded; True if it was appended. The
+        check and the append hold one lock, so two attempts at a cell (a requeued array task, a
+        second submission) record it once."""
+        with locked(self.path):
+            if record["cell"] in self.done():
+                return False
+            _append_line(self.path, record)
+            return True
 
-    def _drop_partial_line(self) -> None:
-        if not self.path.exists() or self.path.stat().st_size == 0:
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock on ``PATH.lock`` (flock)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + LOCK_SUFFIX), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def locked_append(path: Path, record: Dict) -> None:
+    """Append one JSON line to ``path`` under its lock, after cutting off a line that a killed
+    writer left unfinished; one write, fsynced."""
+    with locked(Path(path)):
+        _append_line(Path(path), record)
+
+
+def _append_line(path: Path, record: Dict) -> None:
+    _drop_partial_line(path)
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _drop_partial_line(path: Path) -> None:
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as data:
+        content = data.read()
+        if content.endswith(b"\n"):
             return
-        with open(self.path, "rb+") as data:
-            content = data.read()
-            if content.endswith(b"\n"):
-                return
-            data.truncate(content.rfind(b"\n") + 1)
-            os.fsync(data.fileno())
+        data.truncate(content.rfind(b"\n") + 1)
+        os.fsync(data.fileno())

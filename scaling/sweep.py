@@ -45,6 +45,26 @@ class MaxBatchSection:
     warmup: int = 1
 
 
+@dataclass
+class SlurmSection:
+    """``slurm:`` in a sweep file; the matching command-line flags override it."""
+
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time: str = "0:30:00"
+    """Time limit of each cell's job (array task), in any form sbatch takes."""
+    gpus_per_node: Optional[int] = None
+    """Default: the cell's devices per node, on GPUs."""
+    cpus_per_task: Optional[int] = None
+    """Default: devices x threads per device."""
+    constraint: Optional[str] = None
+    extra_args: List[str] = field(default_factory=list)
+    """Passed to sbatch as they are."""
+    parallel: Optional[int] = None
+    """At most this many array tasks of a job run at once (sbatch --array=...%N)."""
+
+
 SYMBOLIC_BATCH = re.compile(r"max(?:\*(0?\.[0-9]+|1(?:\.0*)?))?")
 """``max`` or ``max*F`` (0 < F <= 1): the largest batch that fits, or that fraction of it."""
 
@@ -60,7 +80,9 @@ class SweepConfig:
     name: str = "sweep"
     device_type: str = "auto"
     """``auto`` (GPUs if there are any, else CPU workers), ``gpu`` or ``cpu``."""
-    nodes: int = 1
+    nodes: Union[int, List[int]] = 1
+    """Nodes per cell, or a list of node counts (an axis, like ``devices``); cells on several
+    nodes run under a scheduler (``--backend slurm``)."""
     image_size: Optional[int] = None
     """Square input side; the workload's nominal size when omitted."""
     modes: List[str] = field(default_factory=lambda: ["train"])
@@ -80,6 +102,15 @@ class SweepConfig:
     """Settings of the max-batch search behind symbolic batch sizes."""
     allow_oversubscribe: bool = False
     """Run CPU cells whose devices x threads exceed the cores (they measure contention)."""
+    slurm: Optional[SlurmSection] = None
+    """Resources of the Slurm jobs under ``--backend slurm``."""
+
+    def node_counts(self) -> List[int]:
+        counts = self.nodes if isinstance(self.nodes, list) else [self.nodes]
+        for count in counts:
+            if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+                raise ScalingError(f"nodes must be positive integers, got {self.nodes!r}")
+        return sorted(set(counts))
 
     def needs_max_batch(self) -> bool:
         return any(isinstance(batch, str) for batch in self.batch_sizes)
@@ -142,7 +173,18 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
         values["maxbatch"] = MaxBatchSection()
     if data.get("devices", "all") != "all":
         values["devices"] = _as_list(data["devices"], "devices", where)
-    return SweepConfig(**values)
+    if isinstance(data.get("nodes"), (list, tuple)):
+        values["nodes"] = list(data["nodes"])
+    if data.get("slurm") is not None:
+        if not isinstance(data["slurm"], dict):
+            raise ScalingError(f"{where}: slurm must be a mapping")
+        _check_keys(data["slurm"], SlurmSection, f"{where}: slurm")
+        values["slurm"] = SlurmSection(**{
+            **data["slurm"], "extra_args": [str(arg) for arg in _as_list(
+                data["slurm"].get("extra_args", []), "slurm.extra_args", where)]})
+    config = SweepConfig(**values)
+    config.node_counts()
+    return config
 
 
 def load_sweep(path) -> SweepConfig:
@@ -200,9 +242,10 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
     for framework, section in config.frameworks.items():
         combos = itertools.product(
             section.launchers, config.workloads, config.modes, config.batch_sizes,
-            device_counts(config.devices, device_type), range(config.repeats),
+            config.node_counts(), device_counts(config.devices, device_type),
+            range(config.repeats),
         )
-        for launcher, workload, mode, batch, devices, repeat in combos:
+        for launcher, workload, mode, batch, nodes, devices, repeat in combos:
             batch_size = resolve_batch(
                 batch, (max_batches or {}).get((framework, launcher, workload, devices)),
                 config.maxbatch.multiple_of if config.maxbatch else 1)
@@ -212,7 +255,7 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                 framework=framework, launcher=launcher, workload=workload, devices=devices,
                 batch_size=batch_size, image_size=config.image_size, steps=config.steps,
                 warmup=config.warmup, device_type=device_type,
-                threads_per_device=config.threads_per_device, nodes=config.nodes,
+                threads_per_device=config.threads_per_device, nodes=nodes,
                 memory_limit=memory_limit, repeat=repeat, options=section.options,
                 timeout_s=config.timeout_s, mode=mode, min_time_s=config.min_time_s,
                 profile=config.profile,

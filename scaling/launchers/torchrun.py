@@ -22,5 +22,8 @@ class Torchrun(Launcher):
             "--max-restarts", "0",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", placement.rendezvous,
             "--rdzv-id", cell.cell_id,
+            # Nodes that share a host name (several on one machine) say which address is theirs.
+            *(["--local-addr", placement.hosts[placement.node_rank]]
+              if placement.nodes > 1 and placement.hosts else []),
             *python_argv[1:],
         ]

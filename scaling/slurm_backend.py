@@ -1,0 +1,68 @@
+"""``--backend slurm`` for ``sweep`` and ``run``: what to submit, and waiting for it."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Dict, List, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from scaling.cell import Cell
+from scaling.errors import ScalingError
+from scaling.monitor import WatchSettings
+from scaling.slurm_queue import UNFINISHED, finished, poll
+from scaling.slurm_submit import require_slurm, submit_cells
+from scaling.store import ResultStore
+from scaling.sweep import SlurmSection
+
+POLL_S = 3.0
+
+
+def with_overrides(section: Optional[SlurmSection], **flags) -> SlurmSection:
+    """The sweep's ``slurm:`` section with the command line's flags (those given) on top."""
+    section = section or SlurmSection()
+    given = {key: value for key, value in flags.items() if value not in (None, ())}
+    if "extra_args" in given:
+        given["extra_args"] = [*section.extra_args, *given["extra_args"]]
+    return dataclasses.replace(section, **given)
+
+
+def to_submit(cells: List[Cell], out_dir) -> List[Cell]:
+    """Cells with no record whose array task is not pending or running."""
+    require_slurm()
+    recorded = ResultStore(out_dir).done()
+    states = poll(out_dir)
+    return [cell for cell in cells if cell.cell_id not in recorded
+            and states.get(cell.cell_id, {}).get("state") not in ("pending", "running")]
+
+
+def submit(cells: List[Cell], out_dir, section: SlurmSection, label: str,
+           pythons: Dict[str, str], watch: WatchSettings, console: Console) -> None:
+    todo = to_submit(cells, out_dir)
+    jobs = submit_cells(todo, out_dir, section, label, pythons, watch) if todo else []
+    console.print(f"{label}: {len(cells)} cells, {len(cells) - len(todo)} recorded or queued, "
+                  f"{len(todo)} submitted in {len(jobs)} job array(s)" +
+                  (f": {', '.join(job['job_id'] for job in jobs)}" if jobs else ""))
+
+
+def wait(out_dir, cell_ids: List[str], console: Console, poll_s: float = POLL_S) -> Dict:
+    """Poll until every one of ``cell_ids`` has a final status; a progress bar meanwhile."""
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn()]
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("slurm", total=len(cell_ids))
+        while True:
+            states = {cell_id: state for cell_id, state in poll(out_dir).items()
+                      if cell_id in cell_ids}
+            unsubmitted = [c for c, s in states.items() if s["state"] == "unsubmitted"]
+            if unsubmitted or len(states) < len(cell_ids):
+                raise ScalingError(f"{len(cell_ids) - finished(states)} cells of {out_dir} are "
+                                   "not submitted; run the sweep again with --resume")
+            running = sum(s["state"] == "running" for s in states.values())
+            progress.update(task, completed=finished(states),
+                            description=f"slurm: {running} running")
+            if all(s["state"] not in UNFINISHED for s in states.values()):
+                return states
+            time.sleep(poll_s)
