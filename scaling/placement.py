@@ -44,12 +44,14 @@ class Placement:
         return self.node_rank * self.ranks_per_host
 
     def rank_endpoints(self) -> List[str]:
-        """``host:port`` of every rank on every node, in global rank order."""
+        """``host:port`` of every rank on every node, in global rank order. Each rank has its
+        own port, rendezvous port + global rank, so that ranks that listen on every address
+        never collide, even when several nodes share one machine."""
         if len(self.hosts) != self.nodes:
             raise ScalingError(f"this launcher addresses every rank: name the {self.nodes} "
                                "nodes' hosts (--hosts)")
-        return [f"{host}:{self.rendezvous_port + index}"
-                for host in self.hosts for index in range(self.ranks_per_host)]
+        return [f"{host}:{self.rendezvous_port + node * self.ranks_per_host + index}"
+                for node, host in enumerate(self.hosts) for index in range(self.ranks_per_host)]
 
 
 def parse_endpoint(text: str, what: str = "--rendezvous") -> Tuple[str, int]:

@@ -62,9 +62,19 @@ def scontrol_jobs() -> Tuple[Dict[Tuple[str, int], Dict], Dict[str, str]]:
         if "ArrayJobId" not in fields:
             continue
         names[fields.get("JobName", "")] = fields["ArrayJobId"]
-        if fields.get("ArrayTaskId", "").isdigit():
-            tasks[(fields["ArrayJobId"], int(fields["ArrayTaskId"]))] = fields
+        for index in task_indices(fields.get("ArrayTaskId", "")):
+            tasks[(fields["ArrayJobId"], index)] = fields
     return tasks, names
+
+
+def task_indices(text: str) -> List[int]:
+    """``3`` -> [3]; ``2-4,7%2`` (tasks that never started, kept as one record) -> [2, 3, 4, 7]."""
+    indices = []
+    for part in text.split("%")[0].split(","):
+        first, _, last = part.split(":")[0].partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            indices.extend(range(int(first), int(last or first) + 1))
+    return indices
 
 
 def _rank_said_oom(cell_dir: Path) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_records, write_sweep
+from scaling.slurm_queue import task_indices
 from scaling.slurm_submit import render_script, sbatch_argv
 from scaling.sweep import SlurmSection
 from slurmcluster import SlurmCluster, missing_binaries
@@ -189,3 +190,9 @@ def test_cells_on_several_nodes_need_a_scheduler(tmp_path):
                              str(tmp_path / "out")], capture_output=True, text=True)
     assert result.returncode == 2
     assert "cells on 2 nodes need a scheduler: use --backend slurm" in result.stderr
+
+
+def test_task_ranges_of_never_started_tasks_are_expanded():
+    assert task_indices("3") == [3]
+    assert task_indices("2-4,7%2") == [2, 3, 4, 7]
+    assert task_indices("") == []
