@@ -32,10 +32,10 @@ def cluster(tmp_path_factory):
         yield running
 
 
-def scaling(cluster, *args, timeout=900, **kwargs) -> subprocess.CompletedProcess:
+def scaling(cluster, *args, timeout=900, env=None, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "scaling", *map(str, args)],
-                          capture_output=True, text=True, env=cluster.env, timeout=timeout,
-                          **kwargs)
+                          capture_output=True, text=True, env=env or cluster.env,
+                          timeout=timeout, **kwargs)
 
 
 def scaling_ok(cluster, *args, **kwargs) -> subprocess.CompletedProcess:
