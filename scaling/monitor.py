@@ -74,7 +74,7 @@ def wait_for_quiet(limit_s: float) -> Tuple[float, float]:
     return time.monotonic() - started, cores
 
 
-class _Nvml:
+class Nvml:
     """The cell's GPUs through nvidia-ml-py; absent (None from :meth:`open`) where there is no
     NVIDIA driver."""
 
@@ -83,7 +83,7 @@ class _Nvml:
         self.handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in indices]
 
     @classmethod
-    def open(cls, indices: List[int]) -> Optional["_Nvml"]:
+    def open(cls, indices: List[int]) -> Optional["Nvml"]:
         try:
             import pynvml
 
@@ -122,7 +122,7 @@ class CellMonitor:
 
     def __init__(self, gpu_indices: List[int], telemetry: bool = True):
         self.telemetry = telemetry
-        self.nvml = _Nvml.open(gpu_indices) if gpu_indices and telemetry else None
+        self.nvml = Nvml.open(gpu_indices) if gpu_indices and telemetry else None
         self.samples: List[Dict] = []
         self.root: Optional[psutil.Process] = None
         self.ranks: Dict[int, int] = {}
@@ -165,10 +165,10 @@ class CellMonitor:
             if refresh % 4 == 0:
                 tree = self._tree()
             refresh += 1
-            self.samples.append(self._sample(tree))
+            self.samples.append(self.sample(tree))
             self._stop.wait(SAMPLE_S)
 
-    def _sample(self, tree: List[psutil.Process]) -> Dict:
+    def sample(self, tree: List[psutil.Process]) -> Dict:
         processes = {}
         for proc in tree:
             with contextlib.suppress(psutil.Error):

@@ -7,12 +7,13 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok
-from scaling.monitor import SAMPLE_S, TELEMETRY_FILE
+from scaling.monitor import SAMPLE_S, TELEMETRY_FILE, CellMonitor, Nvml, summarize_watch
 from scaling.workers.breakdown import COMMUNICATION, step_breakdown
 
 CELL = ("run", "--workload", "cifar10", "--image-size", "16", "--batch-size", "4",
@@ -130,3 +131,55 @@ def test_breakdown_counts_only_communication_that_compute_does_not_hide():
     # span 100: compute 60, communication 60-40 = 20 not hidden, idle 60..80 = 20
     assert step_breakdown(events, on_device=False) == pytest.approx(
         {"compute": 0.6, "communication": 0.2, "idle": 0.2})
+
+
+class FakeNvml:
+    """MOCK of the NVIDIA management library (nvidia-ml-py), standing in for a GPU driver that
+    cannot exist on a machine without NVIDIA GPUs. Two devices at fixed readings; device 1 runs
+    a process (pid 4242) that is not the cell's."""
+
+    NVMLError = RuntimeError
+    NVML_TEMPERATURE_GPU, NVML_CLOCK_SM = 0, 1
+
+    class _Value:
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return self._Value(gpu=[90, 70][handle])
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return self._Value(used=[30, 20][handle] * 2**30)
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return [300_000, 250_000][handle]
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return [60, 65][handle]
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return 1980
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [self._Value(pid=4242)] if handle == 1 else []
+
+
+def test_gpu_telemetry_and_foreign_gpu_processes_with_a_mocked_nvml(tmp_path):
+    monitor = CellMonitor([], telemetry=True)
+    monitor.nvml = Nvml(FakeNvml(), [0, 1])
+    monitor.samples = [monitor.sample([])]
+    time.sleep(0.2)
+    monitor.samples.append(monitor.sample([]))
+    start, end = monitor.samples[0]["t"], monitor.samples[1]["t"]
+    watched = summarize_watch(monitor, (start, end), 0.0, None, tmp_path)
+    telemetry = watched["telemetry"]
+    assert telemetry["gpu_util_mean"] == 80
+    assert telemetry["gpu_memory_max_bytes"] == 30 * 2**30
+    assert telemetry["power_mean_w"] == 550
+    assert telemetry["energy_j"] == pytest.approx(550 * (end - start))
+    assert telemetry["temperature_max_c"] == 65 and telemetry["sm_clock_mean_mhz"] == 1980
+    assert watched["noisy"] is True
+    assert "processes [4242] that are not the cell's ran on its GPUs" in watched["noise"]
