@@ -59,8 +59,15 @@ class Cell:
     """One of :data:`MODES`."""
     min_time_s: float = field(default=0.0, metadata={"identity": SINCE_DEFAULT})
     """The timed window runs at least ``steps`` steps and goes on until it lasts this long."""
+    variant: str = field(default="", metadata={"identity": SINCE_DEFAULT})
+    """A sweep's name for one environment of the framework (``tensorflow@tf215``), or empty."""
     profile: bool = field(default=False, metadata={"identity": SINCE_DEFAULT})
     """After the window, a few steps under the framework's profiler: where step time goes."""
+
+    @property
+    def environment(self) -> str:
+        """The key of the cell's interpreter: its variant, or its framework."""
+        return self.variant or self.framework
 
     @property
     def total_devices(self) -> int:
@@ -126,6 +133,7 @@ def make_cell(
     mode: str = "train",
     min_time_s: float = 0.0,
     profile: bool = False,
+    variant: str = "",
     allow_oversubscribe: bool = False,
 ) -> Cell:
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
@@ -187,7 +195,7 @@ def make_cell(
         device_type=resolved_type, threads_per_device=threads_per_device, nodes=nodes,
         memory_limit=memory_limit, repeat=repeat, purpose=purpose, options=dict(options or {}),
         timeout_s=float(timeout_s), mode=mode, min_time_s=float(min_time_s),
-        profile=bool(profile),
+        profile=bool(profile), variant=variant,
     )
 
 

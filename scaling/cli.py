@@ -23,7 +23,8 @@ from scaling.maxbatch import (TrialRunner, check_search_bounds, find_max_batches
 from scaling.monitor import NOISE_CORES, WatchSettings
 from scaling.placement import local_placement
 from scaling.provenance import keep_sweep_file, note_command
-from scaling.report import report, scaling_tables
+from scaling.cost import parse_prices
+from scaling.report import cost_tables, report, scaling_tables, thread_tables
 from scaling.runner import check_resumable, pending_cells, run_cells, search_max_batches
 from scaling.store import ResultStore
 from scaling.sweep import expand, interpreters, load_sweep
@@ -370,12 +371,12 @@ def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, mem
     console.print(f"wrote {write_maxbatch_csv(results, out_dir)}")
 
 
-def _print_report(out_dir) -> None:
+def _print_report(out_dir, prices=None) -> None:
     records = ResultStore(out_dir).records()
     if not records:
         raise ScalingError(f"no results in {out_dir}")
-    rows, path = report(out_dir, records)
-    for table in scaling_tables(rows):
+    rows, path = report(out_dir, records, prices)
+    for table in [*scaling_tables(rows), *thread_tables(rows), *cost_tables(rows)]:
         console.print(table)
     console.print(f"wrote {path}")
     return rows
@@ -509,10 +510,15 @@ def slurm_task(out_dir, group_file, index):
 @click.option("--html", is_flag=True,
               help="Also write OUT_DIR/report.html: one self-contained page with the grids, "
                    "figures, max-batch table and provenance.")
-def report_command(out_dir, plot, html):
+@click.option("--price", "price_pairs", multiple=True, metavar="KEY=USD_PER_HOUR",
+              help="Price per device-hour of a device type (cpu, gpu) or device name, or per "
+                   "node-hour of an instance (instance=...); repeatable; over the sweep's "
+                   "prices:.")
+def report_command(out_dir, plot, html, price_pairs):
     """Print the scaling tables of OUT_DIR and write OUT_DIR/results.csv with speedup and
-    efficiency (weak scaling: per-device batch fixed, baseline = measured one device)."""
-    rows = _print_report(out_dir)
+    efficiency (weak scaling: per-device batch fixed, baseline = measured one device), and,
+    where prices are known, the cost of a million images against the reference cell."""
+    rows = _print_report(out_dir, parse_prices(price_pairs))
     if plot:
         from scaling.figures import plot_scaling
 
@@ -522,6 +528,75 @@ def report_command(out_dir, plot, html):
         from scaling.html_report import write_html
 
         console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
+
+
+@cli.command()
+@click.option("--framework", "frameworks", default="torch", show_default=True,
+              help="Comma-separated: torch, tensorflow.")
+@click.option("--sizes", help="Comma-separated matrix sides [default: the reference's 10, 50, "
+                              "100, 200, ..., 1000, 2000, ..., 20000], capped by memory.")
+@click.option("--device-type", "device_types",
+              help="Comma-separated: cpu, gpu [default: cpu,gpu, or cpu without GPUs].")
+@click.option("--dtype", type=click.Choice(["float32", "float64", "float16", "bfloat16"]),
+              default="float32", show_default=True)
+@click.option("--repeats", type=int, default=5, show_default=True,
+              help="Timed products per size; the figure is their median.")
+@click.option("--timeout", "timeout_s", type=float, default=1800, show_default=True,
+              help="Seconds for all sizes of one framework and device.")
+@click.option("--out", "out_dir", default="runs/matmul", show_default=True,
+              type=click.Path(file_okay=False))
+def matmul(frameworks, sizes, device_types, dtype, repeats, timeout_s, out_dir):
+    """The matrix benchmark: an n x n random matrix times its transpose, then summed, on CPU
+    and GPU. Start-up and allocation are not timed, the device is synchronized, each product is
+    checked against the closed form of its sum, and a size's figure is the median of --repeats.
+    Records go to OUT/results.jsonl (kind: matmul); OUT/matmul.csv and two plots (time against
+    n, CPU/GPU ratio against n) follow, with the crossover n where the GPU starts to win.
+
+    Exits 0 once every size has a status, 2 for bad input."""
+    from scaling import matmul as bench
+    from scaling.figures import matmul_figures, save_png
+
+    names = [name.strip() for name in frameworks.split(",") if name.strip()]
+    for name in names:
+        if name not in bench.FRAMEWORKS:
+            raise ScalingError(f"unknown matmul framework {name!r}; valid: "
+                               f"{', '.join(bench.FRAMEWORKS)}")
+    has_gpu = hardware.gpu_count() > 0
+    devices = [d.strip() for d in (device_types or ("cpu,gpu" if has_gpu else "cpu")).split(",")]
+    for device in devices:
+        if device not in ("cpu", "gpu"):
+            raise ScalingError(f"unknown device type {device!r}; valid: cpu, gpu")
+    if "gpu" in devices and not has_gpu:
+        raise ScalingError("--device-type gpu: this machine has no GPU (nvidia-smi finds none)")
+    if repeats <= 0:
+        raise ScalingError(f"--repeats must be positive, got {repeats}")
+    if not has_gpu:
+        console.print("no GPU on this machine: the matrix benchmark runs on the CPU only, with "
+                      "no CPU/GPU ratio or crossover")
+    prepare_out_dir(out_dir)
+
+    def show(record):
+        if "left_out" in record:
+            console.print(f"{record['framework']} on {record['device_type']}: sizes "
+                          f"{record['left_out']} left out (over half the free memory)")
+        elif record["status"] == "ok":
+            console.print(f"{record['framework']} {record['device_type']} n={record['n']}: "
+                          f"{record['seconds']:.6f} s, {record['tflops']:.3f} TFLOP/s")
+        else:
+            console.print(f"{record['framework']} {record['device_type']} n={record['n']}: "
+                          f"{record['status']}: {record['error']}")
+
+    bench.run_matmul(out_dir, names, devices, bench.parse_sizes(sizes), dtype, repeats,
+                     timeout_s, on_row=show)
+    records = bench.matmul_records(ResultStore(out_dir).records())
+    console.print(f"wrote {bench.write_matmul_csv(records, out_dir)}")
+    for name, figure in matmul_figures(records):
+        console.print(f"wrote {save_png(figure, Path(out_dir) / f'{name}.png')}")
+    if has_gpu and "gpu" in devices and "cpu" in devices:
+        for name in names:
+            found = bench.crossover(records, name)
+            console.print(f"{name}: the GPU is faster from n = {found} on" if found
+                          else f"{name}: the GPU is not faster for good at any measured n")
 
 
 VERDICT_STYLES = {"regression": "bold red", "improvement": "green", "within noise": "yellow"}

@@ -32,6 +32,8 @@ LINEAR_STYLE = {"linestyle": "--", "color": "grey", "linewidth": 1}
 
 
 def framework_colour(framework: str) -> str:
+    """The framework's colour; a variant (``tensorflow@tf215``) keeps its framework's."""
+    framework = framework.split("@")[0]
     if framework in FRAMEWORK_COLOURS:
         return FRAMEWORK_COLOURS[framework]
     return _SPARE_COLOURS[sum(map(ord, framework)) % len(_SPARE_COLOURS)]
@@ -214,3 +216,51 @@ def plot_scaling(rows: List[Dict], out_dir) -> List[Path]:
             paths.append(save_png(figure, Path(out_dir) /
                                   f"scaling-{workload}-{size}-{device_type}.png"))
     return paths
+
+
+_DEVICE_STYLE = {"cpu": {"marker": "o", "linestyle": "-"},
+                 "gpu": {"marker": "s", "linestyle": "-."}}
+
+
+def matmul_figures(records: List[Dict]) -> List[Tuple[str, object]]:
+    """The reference's two matrix-benchmark figures: time against n for each framework and
+    device, and, where both devices ran, the CPU/GPU time ratio against n."""
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        return []
+    curves = defaultdict(dict)
+    for record in ok:
+        curves[(record["framework"], record["device_type"])][record["n"]] = record["seconds"]
+    figure, axis = plt.subplots(figsize=(9, 4.2))
+    for (framework, device), points in sorted(curves.items()):
+        sizes = sorted(points)
+        axis.plot(sizes, [points[n] for n in sizes], label=f"{framework} on {device.upper()}",
+                  color=framework_colour(framework), **_DEVICE_STYLE.get(device, {}))
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("matrix side n (n x n times its transpose, then summed)")
+    axis.set_ylabel("seconds (median of repeats)")
+    axis.set_title("Matrix product time")
+    axis.grid(True, which="major", alpha=0.3)
+    _legend_beside(axis)
+    figure.tight_layout()
+    figures = [("matmul-time", figure)]
+    frameworks = sorted({f for f, d in curves if (f, "cpu") in curves and (f, "gpu") in curves})
+    if frameworks:
+        figure, axis = plt.subplots(figsize=(9, 4.2))
+        for framework in frameworks:
+            cpu, gpu = curves[(framework, "cpu")], curves[(framework, "gpu")]
+            sizes = sorted(cpu.keys() & gpu.keys())
+            axis.plot(sizes, [cpu[n] / gpu[n] for n in sizes], label=framework, marker="o",
+                      color=framework_colour(framework))
+        axis.axhline(1, color="grey", linestyle=":", linewidth=1, label="equal time")
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlabel("matrix side n")
+        axis.set_ylabel("CPU time / GPU time (x)")
+        axis.set_title("How many times faster the GPU is")
+        axis.grid(True, which="major", alpha=0.3)
+        _legend_beside(axis)
+        figure.tight_layout()
+        figures.append(("matmul-ratio", figure))
+    return figures

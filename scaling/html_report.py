@@ -17,11 +17,13 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from scaling import __version__
-from scaling.figures import frameworks_figure, scaling_figure, svg, workloads_figure
+from scaling.figures import (frameworks_figure, matmul_figures, scaling_figure, svg,
+                             workloads_figure)
+from scaling.matmul import crossover, matmul_records
 from scaling.maxbatch import MAXBATCH_FILE, read_maxbatch_csv
 from scaling.provenance import provenance
-from scaling.report import (cell_summary, family_key, family_label, figure_text, scaling_text,
-                            series_key, workload_groups)
+from scaling.report import (cell_summary, curve_label, family_key, family_label, figure_text,
+                            scaling_text, series_key, workload_groups)
 from scaling.schema import STATUSES
 from scaling.units import format_bytes
 
@@ -70,6 +72,8 @@ def _workload_section(key, rows: List[Dict]) -> Dict:
         "anchor": f"{workload}-{size}-{device_type}",
         "grids": grids(rows),
         "details": measured_details(rows),
+        "costs": sorted((row for row in rows if row.get("price_per_hour") is not None),
+                        key=lambda r: (str(series_key(r)), r["total_devices"])),
         "scaling": _inline(scaling_figure(rows, f"{workload}, {size}x{size}, "
                                                 "per-device batch fixed")),
         "frameworks": _inline(frameworks_figure(rows, f"{workload}: frameworks and launchers"))
@@ -84,6 +88,14 @@ def _notes(sections: List[Dict], name: str) -> List[str]:
             for (batch, count), cell in sorted(grid["cells"].items()) if cell.get(name)]
 
 
+def matmul_section(records: List[Dict]) -> Dict:
+    """The matrix benchmark's two figures and each framework's crossover, where it ran."""
+    measured = matmul_records(records)
+    return {"figures": [Markup(svg(figure)) for _, figure in matmul_figures(measured)],
+            "crossovers": {framework: crossover(measured, framework)
+                           for framework in sorted({r["framework"] for r in measured})}}
+
+
 def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
     out_dir = Path(out_dir)
     sections = [_workload_section(key, group) for key, group in workload_groups(rows).items()]
@@ -91,13 +103,15 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
     environment = Environment(loader=PackageLoader("scaling", "templates"),
                               autoescape=select_autoescape(["html"]))
     environment.globals.update(scaling_text=scaling_text, figure_text=figure_text,
-                               format_bytes=format_bytes)
+                               format_bytes=format_bytes, curve_label=curve_label,
+                               series_key=series_key)
     return environment.get_template("report.html").render(
         title=f"Scaling report: {out_dir.resolve().name}",
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         harness_version=__version__,
         sections=sections,
         workloads=_inline(workloads_figure(rows)) if len(sections) > 1 else None,
+        matmul=matmul_section(records),
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
         statuses={status: STATUSES.get(status, "") for status in statuses if status != "ok"},
         suspects=_notes(sections, "suspect"),

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 from rich.table import Table
 
+from scaling.cost import sweep_prices, with_costs
 from scaling.schema import CSV_COLUMNS
 from scaling.uncertainty import ratio_interval, repeats_interval
 
@@ -33,13 +34,27 @@ def reported_version(record: Dict) -> str:
     return str((record.get("versions") or {}).get(record["framework"], ""))
 
 
+def explicit_threads(record: Dict) -> str:
+    """``4 threads`` when a CPU cell's threads per device are not the default (the harness's
+    cores split across the devices), as on a threads axis; empty otherwise."""
+    threads = record.get("threads_per_device")
+    cores = record.get("cpu_cores")
+    if record["device_type"] != "cpu" or not threads or not cores or \
+            threads == max(1, cores // record["devices"]):
+        return ""
+    return f"{threads} thread" + ("s" if threads > 1 else "")
+
+
 def curve_fields(record: Dict) -> Tuple:
-    """What a curve is made of, except the framework version: framework, launcher, workload,
-    per-device batch, image size, device type, options and mode."""
-    return (record["framework"], record["launcher"], record["workload"], record["batch_size"],
-            record["image_size"], record["device_type"],
-            json.dumps(record.get("options") or {}, sort_keys=True),
-            record.get("mode", "train"))
+    """What a curve is made of, except the framework version: framework (or its variant, such
+    as ``tensorflow@tf215``), launcher, workload, per-device batch, image size, device type,
+    options (with threads per device where they are not the default) and mode."""
+    options = json.dumps(record.get("options") or {}, sort_keys=True)
+    if explicit_threads(record):
+        options = f"{options} {explicit_threads(record)}" if options != "{}" \
+            else explicit_threads(record)
+    return (record.get("variant") or record["framework"], record["launcher"], record["workload"], record["batch_size"],
+            record["image_size"], record["device_type"], options, record.get("mode", "train"))
 
 
 def with_framework_versions(records: List[Dict]) -> List[Dict]:
@@ -281,8 +296,72 @@ def scaling_tables(rows: List[Dict]) -> List[Table]:
     return tables
 
 
-def report(out_dir, records: List[Dict]) -> Tuple[List[Dict], Path]:
-    rows = with_scaling(records)
+def cost_tables(rows: List[Dict]) -> List[Table]:
+    """Per workload, where any cell has a price: what a million images cost and take, against
+    the workload's reference cell."""
+    tables = []
+    for (workload, size, _), group in workload_groups(rows).items():
+        priced = [row for row in group if row.get("price_per_hour") is not None]
+        if not priced:
+            continue
+        table = Table(title=f"{workload} at {size}x{size}: cost of a million images")
+        for header in ("curve", "devices", "images/sec", "$/hour", "$ per 1M images",
+                       "time to 1M", "cost vs reference", "time vs reference"):
+            table.add_column(header, justify="left" if header == "curve" else "right")
+        for row in sorted(priced, key=lambda r: (str(series_key(r)), r["total_devices"])):
+            table.add_row(
+                curve_label(series_key(row)), f"{row['total_devices']} {row['device_type']}",
+                f"{row['images_per_sec']:,.1f}", f"{row['price_per_hour']:.2f}",
+                f"{row['cost_per_million_images']:.3f}",
+                f"{row['time_to_million_images_s']:,.0f} s",
+                f"{row['cost_relative']:.2f}x" if row["cost_relative"] is not None else "-",
+                f"{row['time_relative']:.2f}x")
+        tables.append(table)
+    return tables
+
+
+def thread_tables(rows: List[Dict]) -> List[Table]:
+    """Per workload, for one-device CPU cells measured at several thread counts (the cost
+    study's vCPUs): images/sec against threads, with speedup and efficiency over the fewest."""
+    tables = []
+    for (workload, size, device_type), group in workload_groups(rows).items():
+        lines = defaultdict(dict)
+        for row in group:
+            if device_type == "cpu" and row["total_devices"] == 1 and row["status"] == "ok":
+                key = (row.get("variant") or row["framework"], row["launcher"],
+                       row["batch_size"], json.dumps(row.get("options") or {}, sort_keys=True))
+                lines[key].setdefault(row["threads_per_device"], []).append(
+                    row["images_per_sec"])
+        lines = {key: points for key, points in lines.items() if len(points) > 1}
+        if not lines:
+            continue
+        counts = sorted({count for points in lines.values() for count in points})
+        table = Table(title=f"{workload} at {size}x{size} on one CPU device: images/sec "
+                            "(speedup, efficiency) against threads")
+        table.add_column("curve")
+        for count in counts:
+            table.add_column(f"{count} thread" + ("s" if count > 1 else ""), justify="right")
+        for (framework, launcher, batch, options), points in sorted(lines.items(), key=str):
+            fewest = min(points)
+            base = statistics.median(points[fewest])
+            cells = []
+            for count in counts:
+                if count not in points:
+                    cells.append("-")
+                    continue
+                ips = statistics.median(points[count])
+                speedup = ips / base
+                cells.append(f"{ips:,.1f} ({speedup:.2f}x, {speedup * fewest / count:.0%})")
+            label = f"{framework} / {launcher}, batch {batch}" + \
+                (f" {options}" if options != "{}" else "")
+            table.add_row(label, *cells)
+        tables.append(table)
+    return tables
+
+
+def report(out_dir, records: List[Dict], prices: Optional[Dict[str, float]] = None
+           ) -> Tuple[List[Dict], Path]:
+    rows = with_costs(with_scaling(records), {**sweep_prices(out_dir), **(prices or {})})
     path = Path(out_dir) / "results.csv"
     write_csv(rows, path)
     return rows, path

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn)
 
-from scaling.cell import Cell, resolve_device_type
+from scaling.cell import Cell
 from scaling.errors import ScalingError
 from scaling.execute import run_and_record
 from scaling.maxbatch import (MaxBatchResult, TrialRunner, check_search_bounds,
@@ -40,7 +40,10 @@ def search_max_batches(spec: SweepConfig, out_dir, console: Console
                        ) -> Tuple[Dict[Tuple, Optional[int]], List[MaxBatchResult]]:
     """Run the max-batch search behind a sweep's symbolic batch sizes."""
     section = spec.maxbatch
-    device_type = resolve_device_type(spec.device_type)
+    if len(spec.device_types()) > 1 or len(spec.thread_counts()) > 1:
+        raise ScalingError("batch_sizes: max searches one device type and one "
+                           "threads_per_device; give numeric batch sizes for those axes")
+    device_type = spec.device_types()[0]
     memory_limit = parse_bytes(spec.memory_limit) if spec.memory_limit else None
     start = check_search_bounds(section.multiple_of, section.min, section.max, section.headroom,
                                 device_type, memory_limit)
@@ -51,9 +54,10 @@ def search_max_batches(spec: SweepConfig, out_dir, console: Console
             f"  max-batch trial: {describe(r)}: {r['status']}"))
         for launcher, workload in itertools.product(fw_section.launchers, spec.workloads):
             make_trial = trial_factory(
-                framework=framework, launcher=launcher, workload=workload,
+                framework=fw_section.framework or framework,
+                variant=fw_section.variant(framework), launcher=launcher, workload=workload,
                 image_size=spec.image_size, steps=section.steps, warmup=section.warmup,
-                device_type=device_type, threads_per_device=spec.threads_per_device,
+                device_type=device_type, threads_per_device=spec.thread_counts()[0],
                 nodes=1, memory_limit=memory_limit, options=fw_section.options,
                 timeout_s=spec.timeout_s, allow_oversubscribe=spec.allow_oversubscribe)
             for result in find_max_batches(
@@ -85,7 +89,7 @@ def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = No
         task = progress.add_task("cells", total=len(cells))
         for cell in cells:
             progress.update(task, description=describe(cell.to_dict()))
-            record = run_and_record(cell, out_dir, python=pythons.get(cell.framework),
+            record = run_and_record(cell, out_dir, python=pythons.get(cell.environment),
                                     placement=placement, watch=watch)
             records.append(record)
             rate = (f"{record['images_per_sec']:.1f} img/s" if record["status"] == "ok"

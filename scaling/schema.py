@@ -80,6 +80,8 @@ RECORD_FIELDS: Dict[str, str] = {
     "timeout_s": "seconds before the process tree is killed",
     "min_time_s": "seconds the timed window lasts at least (it goes on by whole chunks)",
     "profile": "whether a few steps ran under the profiler after the window",
+    "variant": "the sweep's name for this environment of the framework (tensorflow@tf215), or "
+               "empty",
     "mode": "train, forward (inference) or forward_backward (no optimizer step)",
     "status": "one of " + ", ".join(STATUSES),
     "error": "one-line reason when not ok",
@@ -138,6 +140,13 @@ SCALING_FIELDS: Dict[str, str] = {
     "efficiency_high": "speedup_high / total_devices",
     "suspect": "why the figure is suspect (efficiency over 105%, or an interval wider than 10% "
                "of the figure), or empty",
+    "price_per_hour": "US dollars per hour of the cell's devices or nodes, from the prices "
+                      "given (empty without one)",
+    "cost_per_million_images": "price_per_hour x 10^6 / (images/sec x 3600)",
+    "time_to_million_images_s": "10^6 / images/sec",
+    "cost_relative": "cost per million images over that of the workload's reference cell (its "
+                     "fastest GPU cell, or its fastest cell without GPUs)",
+    "time_relative": "time to a million images over the reference cell's",
 }
 """Columns that ``scaling report`` adds to each sweep record."""
 

@@ -71,7 +71,7 @@ def run_task(out_dir: str, group_file: str, index: int, env=os.environ) -> Dict:
     if placement.node_rank > 0:
         cell_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomically(cell_dir / f"node{placement.node_rank}.json", node_facts(env))
-    record = run_cell(cell, out_dir, python=group["pythons"].get(cell.framework),
+    record = run_cell(cell, out_dir, python=group["pythons"].get(cell.environment),
                       placement=placement, watch=WatchSettings(**group["watch"]))
     if placement.node_rank > 0:
         return record

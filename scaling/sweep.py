@@ -16,6 +16,7 @@ import yaml
 
 from scaling import hardware
 from scaling.cell import Cell, make_cell, resolve_device_type
+from scaling.cost import check_prices
 from scaling.errors import ScalingError
 from scaling.frameworks import framework_names
 from scaling.launchers import LAUNCHERS, launchers_of
@@ -30,6 +31,12 @@ class FrameworkSection:
     """Interpreter that runs this framework's workers (default: the harness's own)."""
     options: Dict[str, Any] = field(default_factory=dict)
     """Framework-specific options passed to every cell."""
+    framework: Optional[str] = None
+    """For a variant (a key such as ``tensorflow@tf215``): the framework it runs."""
+
+    def variant(self, key: str) -> str:
+        """The section's key when it names a variant of its framework, else empty."""
+        return key if self.framework and key != self.framework else ""
 
 
 @dataclass
@@ -78,7 +85,7 @@ class SweepConfig:
     devices: Union[List[int], str] = "all"
     """Devices per node, or ``all``: 1, 2, 4, ... up to every device of the machine."""
     name: str = "sweep"
-    device_type: str = "auto"
+    device_type: Union[str, List[str]] = "auto"
     """``auto`` (GPUs if there are any, else CPU workers), ``gpu`` or ``cpu``."""
     nodes: Union[int, List[int]] = 1
     """Nodes per cell, or a list of node counts (an axis, like ``devices``); cells on several
@@ -95,7 +102,7 @@ class SweepConfig:
     """After each window, profile a few steps and record where the step time goes."""
     repeats: int = 1
     timeout_s: float = 600.0
-    threads_per_device: Optional[int] = None
+    threads_per_device: Union[None, int, List[int]] = None
     memory_limit: Optional[str] = None
     """Per-worker memory cap for CPU devices, such as ``3GiB``."""
     maxbatch: Optional[MaxBatchSection] = None
@@ -104,6 +111,19 @@ class SweepConfig:
     """Run CPU cells whose devices x threads exceed the cores (they measure contention)."""
     slurm: Optional[SlurmSection] = None
     """Resources of the Slurm jobs under ``--backend slurm``."""
+    prices: Dict[str, float] = field(default_factory=dict)
+    """US dollars per hour by device type, device name or ``instance`` (see scaling.cost)."""
+
+    def device_types(self) -> List[str]:
+        """The resolved device types: one, or a list (an axis: ``[cpu, gpu]``)."""
+        types = self.device_type if isinstance(self.device_type, list) else [self.device_type]
+        return list(dict.fromkeys(resolve_device_type(kind) for kind in types))
+
+    def thread_counts(self) -> List[Optional[int]]:
+        """CPU threads per device: one value (None: cores // devices), or a list (an axis)."""
+        if isinstance(self.threads_per_device, list):
+            return sorted(set(self.threads_per_device))
+        return [self.threads_per_device]
 
     def node_counts(self) -> List[int]:
         counts = self.nodes if isinstance(self.nodes, list) else [self.nodes]
@@ -143,18 +163,24 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
     sections = {}
     if not isinstance(data["frameworks"], dict) or not data["frameworks"]:
         raise ScalingError(f"{where}: frameworks must map framework names to their launchers")
-    for name, section in data["frameworks"].items():
-        if name not in framework_names():
-            raise ScalingError(f"{where}: unknown framework {name!r}; valid frameworks: "
-                               f"{', '.join(framework_names())}")
+    for key, section in data["frameworks"].items():
         section = section or {}
-        _check_keys(section, FrameworkSection, f"{where}: frameworks.{name}")
+        if not isinstance(section, dict):
+            raise ScalingError(f"{where}: frameworks.{key} must be a mapping")
+        name = section.get("framework") or key
+        if name not in framework_names():
+            hint = "" if section.get("framework") or "@" not in key else \
+                f" (a variant such as {key!r} names its framework: framework: ...)"
+            raise ScalingError(f"{where}: unknown framework {name!r}; valid frameworks: "
+                               f"{', '.join(framework_names())}{hint}")
+        _check_keys(section, FrameworkSection, f"{where}: frameworks.{key}")
         launchers = _as_list(section["launchers"], "launchers", where)
         for launcher in launchers:
             if launcher not in LAUNCHERS or name not in LAUNCHERS[launcher].frameworks:
                 raise ScalingError(f"{where}: {launcher!r} is not a {name} launcher; valid: "
                                    f"{', '.join(launchers_of(name))}")
-        sections[name] = FrameworkSection(**{**section, "launchers": launchers})
+        sections[key] = FrameworkSection(**{**section, "launchers": launchers,
+                                            "framework": name if name != key else None})
     values = {**data, "frameworks": sections}
     for key in ("workloads", "batch_sizes", "modes"):
         if key in data:
@@ -182,6 +208,8 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
         values["slurm"] = SlurmSection(**{
             **data["slurm"], "extra_args": [str(arg) for arg in _as_list(
                 data["slurm"].get("extra_args", []), "slurm.extra_args", where)]})
+    if "prices" in data:
+        values["prices"] = check_prices(data["prices"], where)
     config = SweepConfig(**values)
     config.node_counts()
     return config
@@ -233,32 +261,32 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
     """The sweep's cells. ``max_batches`` maps (framework, launcher, workload, devices) to the
     largest batch that fits, for symbolic batch sizes; a combination where none fitted has no
     cell."""
-    device_type = resolve_device_type(config.device_type)
     if isinstance(config.repeats, bool) or not isinstance(config.repeats, int) \
             or config.repeats <= 0:
         raise ScalingError(f"repeats must be a positive integer, got {config.repeats!r}")
     memory_limit = parse_bytes(config.memory_limit) if config.memory_limit else None
     cells = []
     for framework, section in config.frameworks.items():
-        combos = itertools.product(
-            section.launchers, config.workloads, config.modes, config.batch_sizes,
-            config.node_counts(), device_counts(config.devices, device_type),
-            range(config.repeats),
-        )
-        for launcher, workload, mode, batch, nodes, devices, repeat in combos:
-            batch_size = resolve_batch(
-                batch, (max_batches or {}).get((framework, launcher, workload, devices)),
-                config.maxbatch.multiple_of if config.maxbatch else 1)
-            if batch_size is None:
-                continue
-            cells.append(make_cell(
-                framework=framework, launcher=launcher, workload=workload, devices=devices,
-                batch_size=batch_size, image_size=config.image_size, steps=config.steps,
-                warmup=config.warmup, device_type=device_type,
-                threads_per_device=config.threads_per_device, nodes=nodes,
-                memory_limit=memory_limit, repeat=repeat, options=section.options,
-                timeout_s=config.timeout_s, mode=mode, min_time_s=config.min_time_s,
-                profile=config.profile,
-                allow_oversubscribe=config.allow_oversubscribe,
-            ))
+        for device_type in config.device_types():
+            combos = itertools.product(
+                section.launchers, config.workloads, config.modes, config.batch_sizes,
+                config.node_counts(), device_counts(config.devices, device_type),
+                config.thread_counts(), range(config.repeats),
+            )
+            for launcher, workload, mode, batch, nodes, devices, threads, repeat in combos:
+                batch_size = resolve_batch(
+                    batch, (max_batches or {}).get((framework, launcher, workload, devices)),
+                    config.maxbatch.multiple_of if config.maxbatch else 1)
+                if batch_size is None:
+                    continue
+                cells.append(make_cell(
+                    framework=section.framework or framework, variant=section.variant(framework),
+                    launcher=launcher, workload=workload, devices=devices,
+                    batch_size=batch_size, image_size=config.image_size, steps=config.steps,
+                    warmup=config.warmup, device_type=device_type, threads_per_device=threads,
+                    nodes=nodes, memory_limit=memory_limit, repeat=repeat,
+                    options=section.options, timeout_s=config.timeout_s, mode=mode,
+                    min_time_s=config.min_time_s, profile=config.profile,
+                    allow_oversubscribe=config.allow_oversubscribe,
+                ))
     return cells

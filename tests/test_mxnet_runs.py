@@ -64,7 +64,7 @@ for w in WORKLOADS.values():
     net = w.builder("mxnet")(w.input_size, w.classes)
     net.initialize()
     import mxnet as mx
-    net(mx.nd.zeros((1, 3, w.input_size, w.input_size)))
+    net(mx.nd.zeros((1, w.channels, w.input_size, w.input_size)))
     counts[w.name] = int(sum(p.data().size for p in net.collect_params().values()
                              if p.grad_req != "null"))
 print(json.dumps(counts))
@@ -76,8 +76,9 @@ print(json.dumps(counts))
     assert set(gluon) == set(WORKLOADS)
     for name, count in torch_counts.items():
         assert abs(gluon[name] - count) / count < 0.01, name
-    for name in ("alexnet", "googlenet", "inception_v3", "cifar10"):
+    for name in ("alexnet", "googlenet", "inception_v3", "cifar10", "mnist_mlp"):
         assert gluon[name] == torch_counts[name], name
+    assert gluon["mnist_mlp"] == 2_797_010
 
 
 def test_allocation_over_the_memory_cap_is_oom(out_dir):

@@ -37,6 +37,10 @@ class Workload:
     """The smallest input side the network accepts in every framework."""
     notes: str = ""
     """Differences between the frameworks' definitions, where there are any."""
+    channels: int = 3
+    """Channels of the synthetic input images."""
+    optimizer: str = "sgd"
+    """``sgd`` (learning rate 0.01, momentum 0.9) or ``adam`` (learning rate 0.001)."""
 
     @property
     def builders(self) -> Dict[str, str]:
@@ -94,4 +98,9 @@ register(Workload(
         "The TensorFlow CIFAR-10 tutorial network: conv5x5-64, max-pool, LRN, conv5x5-64, LRN, "
         "max-pool, fc-384, fc-192, fc-10 (1.76 M parameters at 32x32)."
     ),
+))
+register(Workload(
+    name="mnist_mlp", input_size=28, classes=10, min_image_size=1, channels=1, optimizer="adam",
+    notes=("The MNIST multilayer perceptron of the CPU-versus-GPU reference: flatten, three "
+           "dense-1000 + ReLU + dropout 0.2, dense-10, Adam (2,797,010 parameters at 28x28)."),
 ))

@@ -109,3 +109,13 @@ def cifar10(image_size: int, classes: int):
         nn.Dense(classes),
     )
     return net
+
+
+def mnist_mlp(image_size: int, classes: int):
+    """Flatten (dense layers flatten their input), three dense-1000 + ReLU + dropout 0.2,
+    dense-``classes``."""
+    net = nn.HybridSequential()
+    for _ in range(3):
+        net.add(nn.Dense(1000, activation="relu"), nn.Dropout(0.2))
+    net.add(nn.Dense(classes))
+    return net

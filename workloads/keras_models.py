@@ -129,3 +129,12 @@ def cifar10(image_size: int, classes: int) -> keras.Model:
     x = layers.Dense(192, activation="relu")(x)
     outputs = layers.Dense(classes)(x)
     return keras.Model(inputs, outputs, name="cifar10")
+
+
+def mnist_mlp(image_size: int, classes: int) -> keras.Model:
+    """Flatten, three dense-1000 + ReLU + dropout 0.2, dense-``classes``; one input channel."""
+    inputs = keras.Input((image_size, image_size, 1))
+    x = layers.Flatten()(inputs)
+    for _ in range(3):
+        x = layers.Dropout(0.2)(layers.Dense(1000, activation="relu")(x))
+    return keras.Model(inputs, layers.Dense(classes)(x), name="mnist_mlp")

@@ -65,3 +65,12 @@ class Cifar10Net(nn.Module):
 
 def cifar10(image_size: int, classes: int) -> nn.Module:
     return Cifar10Net(image_size, classes)
+
+
+def mnist_mlp(image_size: int, classes: int) -> nn.Module:
+    """Flatten, three dense-1000 + ReLU + dropout 0.2, dense-``classes``; one input channel."""
+    layers, width = [nn.Flatten()], image_size * image_size
+    for _ in range(3):
+        layers += [nn.Linear(width, 1000), nn.ReLU(), nn.Dropout(0.2)]
+        width = 1000
+    return nn.Sequential(*layers, nn.Linear(width, classes))

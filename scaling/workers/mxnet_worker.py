@@ -51,13 +51,16 @@ class MxnetSession:
         self.net = workload.builder("mxnet")(size, workload.classes)
         self.net.initialize(mx.init.Xavier(), ctx=self.contexts)
         self.net.hybridize(static_alloc=True, static_shape=True)
-        self.trainer = gluon.Trainer(self.net.collect_params(), "sgd",
-                                     {"learning_rate": 0.01, "momentum": 0.9}, kvstore=kvstore)
+        self.trainer = gluon.Trainer(
+            self.net.collect_params(), workload.optimizer,
+            {"learning_rate": 0.001} if workload.optimizer == "adam"
+            else {"learning_rate": 0.01, "momentum": 0.9}, kvstore=kvstore)
         if self.amp:
             self.amp.init_trainer(self.trainer)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
         self.images = gluon.utils.split_and_load(
-            mx.nd.random.uniform(shape=(self.images_per_step, 3, size, size)), self.contexts)
+            mx.nd.random.uniform(shape=(self.images_per_step, workload.channels, size, size)),
+            self.contexts)
         self.labels = gluon.utils.split_and_load(
             mx.nd.random.randint(0, workload.classes, shape=(self.images_per_step,))
             .astype("float32"), self.contexts)

@@ -116,7 +116,9 @@ class TensorFlowSession:
         global_batch = batch * strategy.num_replicas_in_sync
         with strategy.scope():
             model = workload.builder("tensorflow")(size, workload.classes)
-            optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+            optimizer = (keras.optimizers.Adam(learning_rate=0.001)
+                         if workload.optimizer == "adam"
+                         else keras.optimizers.SGD(learning_rate=0.01, momentum=0.9))
             if options.get("mixed_precision"):
                 optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
         report.update(
@@ -136,7 +138,7 @@ class TensorFlowSession:
         self.images_per_step = batch * local_devices
 
         def synthetic(context):
-            images = tf.random.uniform([batch, size, size, 3])
+            images = tf.random.uniform([batch, size, size, workload.channels])
             labels = tf.random.uniform([batch], maxval=workload.classes, dtype=tf.int32)
             return images, labels
 

@@ -76,10 +76,12 @@ class TorchSession:
         else:
             self.model = DistributedDataParallel(
                 model, device_ids=[local_rank] if self.is_gpu else None)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.optimizer = (torch.optim.Adam(self.model.parameters(), lr=0.001)
+                          if workload.optimizer == "adam"
+                          else torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9))
         self.loss_fn = torch.nn.CrossEntropyLoss()
         size, batch = cell["image_size"], cell["batch_size"]
-        self.images = torch.randn(batch, 3, size, size, device=self.device).to(
+        self.images = torch.randn(batch, workload.channels, size, size, device=self.device).to(
             memory_format=memory_format)
         self.labels = torch.randint(0, workload.classes, (batch,), device=self.device)
         self.images_per_step = batch
