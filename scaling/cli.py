@@ -18,7 +18,8 @@ from scaling.cell import DEVICE_TYPES, MODES, make_cell, resolve_device_type
 from scaling.errors import ScalingError
 from scaling.frameworks import FRAMEWORKS, framework_names
 from scaling.launchers import LAUNCHERS, get_launcher
-from scaling.maxbatch import (TrialRunner, check_search_bounds, find_max_batches, trial_factory,
+from scaling.maxbatch import (MAXBATCH_FILE, TrialRunner, check_search_bounds,
+                              find_max_batches, read_maxbatch_csv, trial_factory,
                               write_maxbatch_csv)
 from scaling.monitor import NOISE_CORES, WatchSettings
 from scaling.placement import local_placement
@@ -344,8 +345,9 @@ def print_max_batches(results) -> None:
 @click.option("--strategy", type=click.Choice(sorted(STRATEGIES)), default="model",
               show_default=True,
               help="model: predict the limit from measured memory; doubling: double, bisect.")
+@backend_options
 def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, memory_limit,
-             option_pairs, python, out_dir, **fields):
+             option_pairs, python, out_dir, backend, wait, **fields):
     """Find the largest per-device batch that fits at each device count.
 
     Each trial is a real cell under the real launcher (forward, backward and optimizer step).
@@ -353,9 +355,16 @@ def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, mem
     and brackets it to the exact batch at the given granularity; the answer is run once more to
     confirm it. Trials are recorded in OUT/results.jsonl, so an interrupted search resumes
     without repeating one. The table is also written to OUT/maxbatch.csv.
+
+    With --backend slurm, the whole search runs as one job on one node (its trials depend on
+    each other); --wait blocks until it ends and prints the table.
     """
+    flags = pop_slurm_flags(fields)
     counts = _device_list(device_list)
     prepare_out_dir(out_dir)
+    if backend == "slurm":
+        _maxbatch_on_slurm(out_dir, counts, fields, wait, flags)
+        return
     cap = parse_bytes(memory_limit) if memory_limit else None
     fields["device_type"] = resolve_device_type(fields["device_type"])
     start = check_search_bounds(multiple_of, minimum, maximum, headroom, fields["device_type"],
@@ -369,6 +378,32 @@ def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, mem
                                strategy, headroom)
     print_max_batches(results)
     console.print(f"wrote {write_maxbatch_csv(results, out_dir)}")
+
+
+def _maxbatch_on_slurm(out_dir, counts, fields, wait, flags) -> None:
+    from scaling import slurm_backend, slurm_queue
+    from scaling.slurm_submit import submit_command
+
+    section = slurm_backend.with_overrides(None, **flags)
+    gpu = resolve_device_type(fields["device_type"]) == "gpu"
+    threads = fields["threads_per_device"] or 1
+    out = str(Path(out_dir).resolve())
+    job = submit_command([*sys.argv[1:], "--out", out, "--backend", "local"], out, section,
+                         "maxbatch", max(counts) if gpu else None,
+                         section.cpus_per_task or max(counts) * threads)
+    console.print(f"max-batch search submitted as Slurm job {job['job_id']}")
+    if wait:
+        state = slurm_queue.wait_for_job(job["job_id"], slurm_backend.POLL_S)
+        console.print(f"job {job['job_id']} ended {state['JobState'] if state else 'unknown'}")
+        rows = read_maxbatch_csv(out) if (Path(out) / MAXBATCH_FILE).exists() else []
+        table = Table(title="Largest per-device batch that fits")
+        for header in (rows[0] if rows else {}):
+            table.add_column(header)
+        for row in rows:
+            table.add_row(*(str(value) for value in row.values()))
+        console.print(table)
+        if not rows:
+            sys.exit(1)
 
 
 def _print_report(out_dir, prices=None) -> None:

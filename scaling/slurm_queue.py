@@ -114,7 +114,7 @@ def poll(out_dir) -> Dict[str, Dict]:
     states = {}
     for name, job in read_ledger(out_dir).items():
         job_id = job["job_id"] or names.get(name)
-        group = json.loads(Path(job["group_file"]).read_text())["cells"]
+        group = json.loads(Path(job["group_file"]).read_text()).get("cells", [])
         for index, (cell_id, fields) in enumerate(zip(job["cells"], group)):
             where = f"{job_id}_{index}" if job_id else None
             if cell_id in recorded:
@@ -137,6 +137,15 @@ def poll(out_dir) -> Dict[str, Dict]:
 def _ensure(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def wait_for_job(job_id: str, poll_s: float) -> Optional[Dict]:
+    """Until ``job_id`` leaves the queue; then what the controller says of it (None if it
+    forgot it)."""
+    while any(job == job_id for job, _ in squeue_tasks()):
+        time.sleep(poll_s)
+    remembered, _ = scontrol_jobs()
+    return remembered.get((job_id, 0))
 
 
 def active_job_ids(out_dir) -> List[str]:

@@ -133,3 +133,31 @@ def submit_cells(cells: Sequence[Cell], out_dir, section: SlurmSection, label: s
         note(out_dir, {"name": name, "job_id": entry["job_id"]})
         submitted.append(entry)
     return submitted
+
+
+def submit_command(argv: List[str], out_dir, section: SlurmSection, label: str,
+                   gpus_per_node: Optional[int], cpus_per_task: int) -> Dict:
+    """Submit one ``scaling ARGV`` command as a one-task array on one node (a max-batch
+    search, whose trials depend on each other and so run in one job)."""
+    require_slurm()
+    out_dir = Path(out_dir).resolve()
+    slurm_dir = out_dir / SLURM_DIR
+    slurm_dir.mkdir(parents=True, exist_ok=True)
+    name = f"scaling-{label}-{uuid.uuid4().hex[:8]}"
+    group_file = slurm_dir / f"{name}.json"
+    group_file.write_text(json.dumps({"command": list(argv)}))
+    script = slurm_dir / f"{name}.sbatch"
+    script.write_text(render_script(
+        TEMPLATE.read_text(), workdir=str(PROJECT_ROOT), pythonpath=str(PROJECT_ROOT),
+        python=sys.executable, nodes=1, out_dir=str(out_dir), group_file=str(group_file)))
+    entry = {"name": name, "group_file": str(group_file), "cells": [], "command": list(argv)}
+    note(out_dir, entry)
+    result = subprocess.run(sbatch_argv(script, job_name=name, tasks=1, nodes=1,
+                                        cpus_per_task=cpus_per_task, gpus_per_node=gpus_per_node,
+                                        section=section, log_dir=slurm_dir),
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ScalingError(f"sbatch refused {name}: {result.stderr.strip()}")
+    entry["job_id"] = result.stdout.strip().split(";")[0]
+    note(out_dir, {"name": name, "job_id": entry["job_id"]})
+    return entry

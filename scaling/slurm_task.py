@@ -15,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -59,8 +60,18 @@ def node_facts(env=os.environ) -> Dict:
             "gpus": [gpu.get("name") for gpu in hardware.query_gpus()]}
 
 
+def run_command(argv: List[str], env=os.environ) -> int:
+    """A submitted ``scaling`` command, on the allocation's first node only."""
+    if env.get("SLURM_NODEID", "0") != "0":
+        return 0
+    return subprocess.run([sys.executable, "-m", "scaling", *argv]).returncode
+
+
 def run_task(out_dir: str, group_file: str, index: int, env=os.environ) -> Dict:
     group = json.loads(Path(group_file).read_text())
+    if "command" in group:
+        code = run_command(group["command"], env)
+        return {"cell": "command", "status": "ok" if code == 0 else f"exit code {code}"}
     cell = Cell(**group["cells"][index])
     store = ResultStore(out_dir)
     recorded = store.done().get(cell.cell_id)

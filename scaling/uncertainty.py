@@ -17,7 +17,7 @@ def relative_half_width(samples: List[float]) -> Optional[float]:
     if len(samples) < 2:
         return None
     mean = statistics.fmean(samples)
-    half = (stats.t.ppf((1 + CONFIDENCE) / 2, len(samples) - 1)
+    half = (float(stats.t.ppf((1 + CONFIDENCE) / 2, len(samples) - 1))
             * statistics.stdev(samples) / math.sqrt(len(samples)))
     return half / mean
 

@@ -196,3 +196,15 @@ def test_task_ranges_of_never_started_tasks_are_expanded():
     assert task_indices("3") == [3]
     assert task_indices("2-4,7%2") == [2, 3, 4, 7]
     assert task_indices("") == []
+
+
+def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
+    out = tmp_path / "out"
+    result = scaling_ok(cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16,
+                        "--devices", 1, "--min", 4, "--max", 8, "--multiple-of", 4,
+                        "--out", out, "--backend", "slurm", "--wait")
+    assert "ended COMPLETED" in result.stdout
+    trials = read_records(out)
+    assert trials and all(r["purpose"] == "maxbatch" for r in trials)
+    assert "max_batch" in (out / "maxbatch.csv").read_text().splitlines()[0]
+    assert len(list((out / "slurm").glob("*.sbatch"))) == 1
