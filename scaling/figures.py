@@ -264,3 +264,28 @@ def matmul_figures(records: List[Dict]) -> List[Tuple[str, object]]:
         figure.tight_layout()
         figures.append(("matmul-ratio", figure))
     return figures
+
+
+def cost_figure(rows: List[Dict], title: str):
+    """The cost study's chart: training time and cost relative to the reference cell, one pair
+    of bars per priced cell; None when no cell has a price."""
+    priced = sorted((row for row in rows if row.get("cost_relative") is not None),
+                    key=lambda row: (row["framework"], row["device_type"], row["total_devices"]))
+    if not priced:
+        return None
+    figure, axis = plt.subplots(figsize=(9, 4.2))
+    positions = range(len(priced))
+    for offset, name, hatch in ((-0.2, "time_relative", ""), (0.2, "cost_relative", "//")):
+        axis.bar([p + offset for p in positions], [row[name] for row in priced], 0.4,
+                 color=[framework_colour(row["framework"]) for row in priced], hatch=hatch,
+                 edgecolor="white", label=name.replace("_", " "))
+    axis.axhline(1, color="grey", linestyle=":", linewidth=1)
+    axis.set_xticks(list(positions), [f"{row['framework']}\n{row['total_devices']} "
+                                      f"{row['device_type'].upper()}" for row in priced],
+                    fontsize="small")
+    axis.set_ylabel("relative to the reference cell (x)")
+    axis.set_title(title)
+    axis.grid(True, axis="y", alpha=0.3)
+    _legend_beside(axis)
+    figure.tight_layout()
+    return figure

@@ -17,8 +17,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from scaling import __version__
-from scaling.figures import (frameworks_figure, matmul_figures, scaling_figure, svg,
-                             workloads_figure)
+from scaling.figures import (cost_figure, frameworks_figure, matmul_figures, scaling_figure,
+                             svg, workloads_figure)
 from scaling.matmul import crossover, matmul_records
 from scaling.maxbatch import MAXBATCH_FILE, read_maxbatch_csv
 from scaling.provenance import provenance
@@ -72,6 +72,8 @@ def _workload_section(key, rows: List[Dict]) -> Dict:
         "anchor": f"{workload}-{size}-{device_type}",
         "grids": grids(rows),
         "details": measured_details(rows),
+        "cost_figure": _inline(cost_figure(rows, f"{workload}: time and cost of a million "
+                                                 "images, relative to the reference")),
         "costs": sorted((row for row in rows if row.get("price_per_hour") is not None),
                         key=lambda r: (str(series_key(r)), r["total_devices"])),
         "scaling": _inline(scaling_figure(rows, f"{workload}, {size}x{size}, "

@@ -229,3 +229,27 @@ def test_browser_screenshot_is_not_blank(report_dir, tmp_path):
     not_white = (pixels < 0.95).any(axis=-1).mean()
     assert 0.02 < not_white < 0.9
     assert len({tuple(colour) for colour in pixels.reshape(-1, 3)[::97].round(2)}) > 20
+
+
+def test_cost_and_cpu_versus_gpu_sections_appear_with_their_data(tmp_path):
+    import yaml
+
+    matmul = [{"cell": f"m{n}{device}", "kind": "matmul", "purpose": "matmul",
+               "framework": "torch", "device_type": device, "n": n, "status": "ok",
+               "seconds": seconds} for n, device, seconds in
+              [(10, "cpu", 1e-6), (10, "gpu", 2e-5), (1000, "cpu", 1e-2), (1000, "gpu", 1e-4)]]
+    out = write_records(tmp_path / "out", [recorded_cell(1, 1000.0), recorded_cell(2, 1800.0),
+                                           *matmul])
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"prices": {"gpu": 2.0}}))
+    scaling_cli_ok("report", out, "--html")
+    page = (out / "report.html").read_text()
+    costs = page[page.index('<table class="costs">'):]
+    costs = " ".join(re.sub(r"<[^>]+>", " ", costs[:costs.index("</table>")]).split())
+    assert "2 gpu 1,800.0 4.00 0.617 556 s 1.00x 1.00x" in costs
+    section = page[page.index('id="cpu-vs-gpu"'):]
+    assert section.count("<svg") == 2
+    assert "torch: the GPU is faster from n = 1000 on" in section
+
+
+def test_without_prices_or_matmul_those_sections_are_absent(page):
+    assert '<table class="costs">' not in page and 'id="cpu-vs-gpu"' not in page
