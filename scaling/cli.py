@@ -362,9 +362,6 @@ def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, mem
     flags = pop_slurm_flags(fields)
     counts = _device_list(device_list)
     prepare_out_dir(out_dir)
-    if backend == "slurm":
-        _maxbatch_on_slurm(out_dir, counts, fields, wait, flags)
-        return
     cap = parse_bytes(memory_limit) if memory_limit else None
     fields["device_type"] = resolve_device_type(fields["device_type"])
     start = check_search_bounds(multiple_of, minimum, maximum, headroom, fields["device_type"],
@@ -372,6 +369,9 @@ def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, mem
     make_trial = trial_factory(memory_limit=cap, options=parse_options(option_pairs), **fields)
     for count in counts:
         make_trial(count, start, 0)
+    if backend == "slurm":
+        _maxbatch_on_slurm(out_dir, counts, fields, wait, flags)
+        return
     runner = TrialRunner(out_dir, python, on_trial=lambda r: console.print(
         f"  trial: {r['devices']} device(s), batch {r['batch_size']}: {r['status']}"))
     results = find_max_batches(make_trial, counts, multiple_of, start, maximum, runner,
@@ -385,7 +385,7 @@ def _maxbatch_on_slurm(out_dir, counts, fields, wait, flags) -> None:
     from scaling.slurm_submit import submit_command
 
     section = slurm_backend.with_overrides(None, **flags)
-    gpu = resolve_device_type(fields["device_type"]) == "gpu"
+    gpu = fields["device_type"] == "gpu"
     threads = fields["threads_per_device"] or 1
     out = str(Path(out_dir).resolve())
     job = submit_command([*sys.argv[1:], "--out", out, "--backend", "local"], out, section,
@@ -536,6 +536,7 @@ def slurm_task(out_dir, group_file, index):
 
     record = run_task(out_dir, group_file, index)
     console.print(f"{record['cell']}: {record.get('status')}")
+    sys.exit(record.get("exit_code", 0))
 
 
 @cli.command(name="report")

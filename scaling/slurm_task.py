@@ -71,7 +71,7 @@ def run_task(out_dir: str, group_file: str, index: int, env=os.environ) -> Dict:
     group = json.loads(Path(group_file).read_text())
     if "command" in group:
         code = run_command(group["command"], env)
-        return {"cell": "command", "status": "ok" if code == 0 else f"exit code {code}"}
+        return {"cell": "command", "status": "ok" if code == 0 else "error", "exit_code": code}
     cell = Cell(**group["cells"][index])
     store = ResultStore(out_dir)
     recorded = store.done().get(cell.cell_id)

@@ -202,9 +202,17 @@ def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
     out = tmp_path / "out"
     result = scaling_ok(cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16,
                         "--devices", 1, "--min", 4, "--max", 8, "--multiple-of", 4,
-                        "--out", out, "--backend", "slurm", "--wait")
+                        "--memory-limit", "1.5GiB", "--out", out, "--backend", "slurm", "--wait")
     assert "ended COMPLETED" in result.stdout
     trials = read_records(out)
     assert trials and all(r["purpose"] == "maxbatch" for r in trials)
     assert "max_batch" in (out / "maxbatch.csv").read_text().splitlines()[0]
     assert len(list((out / "slurm").glob("*.sbatch"))) == 1
+
+
+def test_a_bad_max_batch_search_is_refused_before_anything_is_submitted(cluster, tmp_path):
+    result = scaling(cluster, "maxbatch", "--workload", "cifar10", "--devices", 1,
+                     "--out", tmp_path / "out", "--backend", "slurm", "--wait")
+    assert result.returncode == 2
+    assert "on CPU devices the search needs --memory-limit" in result.stderr
+    assert not (tmp_path / "out" / "slurm").exists()
