@@ -97,8 +97,10 @@ def test_a_bad_wait_is_a_one_line_error(out_dir):
         "Error: Invalid value for '--wait-for-quiet': 'soon' is not a valid float."
 
 
-@pytest.mark.parametrize("framework, launcher", [("torch", "torchrun"),
-                                                 ("mxnet", "mxnet-kvstore")])
+@pytest.mark.parametrize("framework, launcher", [
+    ("torch", "torchrun"), ("mxnet", "mxnet-kvstore"), ("tensorflow", "tf-mirrored"),
+    ("tensorflow", "tf-multiworker"),
+])
 def test_profile_splits_the_step_into_compute_communication_and_idle(
         out_dir, framework, launcher):
     record = run_one(out_dir, "--framework", framework, "--launcher", launcher, "--devices", 2,
@@ -107,19 +109,16 @@ def test_profile_splits_the_step_into_compute_communication_and_idle(
     breakdown = record["step_breakdown"]
     assert set(breakdown) == {"compute", "communication", "idle"}
     assert sum(breakdown.values()) == pytest.approx(1.0)
-    assert breakdown["compute"] > 0.3
-    for report in rank_reports(record):
+    assert breakdown["compute"] > 0.2
+    # torch's gloo allreduce runs beside the backward pass, so none of it may be exposed.
+    assert breakdown["communication"] > 0 or framework == "torch"
+    traced = [report for report in rank_reports(record) if report.get("trace")]
+    assert traced and traced[0]["rank"] == 0
+    for report in traced:
         trace = json.loads(Path(report["trace"]).read_text())
         assert any(COMMUNICATION.search(event.get("name", ""))
                    for event in trace["traceEvents"])
         assert report["step_breakdown"]
-
-
-def test_tensorflow_says_it_has_no_breakdown(out_dir):
-    record = run_one(out_dir, "--framework", "tensorflow", "--profile")
-    assert record["step_breakdown"] is None
-    [report] = rank_reports(record)
-    assert report["profile_error"] == "this framework's worker has no profiler hook"
 
 
 def test_breakdown_counts_only_communication_that_compute_does_not_hide():

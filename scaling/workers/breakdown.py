@@ -1,12 +1,13 @@
 """Where a step's time goes, from a profiler's Chrome trace (standard library only).
 
 With ``profile`` on, every rank runs ``PROFILE_STEPS`` more steps under its framework's
-profiler after its timed window (the figure is never measured under the profiler) and writes
+profiler (torch.profiler, TensorFlow's profiler, MXNet's profiler) after its timed window (the figure is never measured under the profiler) and writes
 ``cells/CELL/trace-rank{N}.json``. The span of those steps splits into:
 
 - ``compute``: time covered by compute work (GPU kernels on a GPU, operators on a CPU);
-- ``communication``: time covered by collectives (allreduce, broadcast: gloo, NCCL, kvstore)
-  and not by compute, so communication that overlaps compute costs nothing here;
+- ``communication``: time covered by collectives and transfers between devices (allreduce,
+  broadcast: gloo, NCCL, kvstore, TensorFlow's collectives and sends) and not by compute, so
+  communication that overlaps compute costs nothing here;
 - ``idle``: the rest: host gaps, waiting, and on a GPU the device idle between kernels.
 """
 
@@ -18,7 +19,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 PROFILE_STEPS = 5
 COMMUNICATION = re.compile(r"gloo|nccl|c10d::|all_?reduce|allgather|broadcast|kvstore|"
-                           r"Copy[CG]PU2[CG]PU", re.IGNORECASE)
+                           r"Copy[CG]PU2[CG]PU|collective|:_Send$|:_Recv$", re.IGNORECASE)
 _NOT_WORK = {"user_annotation", "Trace", "python_function", "ac2g", "cuda_runtime",
              "cuda_driver", "gpu_user_annotation", "MXNET_C_API", "Device Storage"}
 """Trace categories that mark host API calls, annotations or memory, not work."""

@@ -11,7 +11,8 @@ A framework supplies a *session* built for one process of a cell:
 - ``step_timer()``, optional: an object with ``mark()`` and ``step_times()``, for frameworks
   with device events (chunk means otherwise);
 - ``profile(steps, path)``, optional: run ``steps`` steps under the framework's profiler, write
-  its Chrome trace to ``path`` and return whether compute ran on a device (GPU);
+  its Chrome trace to ``path`` and return whether compute ran on a device (GPU), or None where
+  this rank only stepped along unprofiled;
 - ``finish()``: a dict of what the process reports after its window (memory, parameters).
 
 Everything else is here, written once: warm-up, the window between two barriers, step times,
@@ -95,6 +96,8 @@ def profiled_steps(session, cell_dir: str, rank: int) -> Dict:
                 "profile_error": "this framework's worker has no profiler hook"}
     path = os.path.join(cell_dir, f"trace-rank{rank}.json")
     on_device = session.profile(PROFILE_STEPS, path)
+    if on_device is None:
+        return {"step_breakdown": None, "profile_error": "this rank stepped along unprofiled"}
     return {"step_breakdown": breakdown_of_trace(path, on_device), "trace": path}
 
 

@@ -12,9 +12,14 @@ applies none.
 from __future__ import annotations
 
 import os
+import re
+from typing import Optional
 
 from scaling.workers import common
 from scaling.workers.loop import run_worker
+
+TF_OPERATION = re.compile(r"^[^\s:]+:[A-Za-z_]\w*$")
+"""A TensorFlow operation in the profiler's host plane: ``scope/name:Type``."""
 
 
 def configure_devices(tf, cell: dict, local_devices: int):
@@ -89,8 +94,8 @@ def local_device_count(cell: dict) -> int:
 class TensorFlowSession:
     """A Keras model under a tf.distribute strategy, with one synthetic batch per replica."""
 
-    def __init__(self, cell: dict, report: dict):
-        self.cell = cell
+    def __init__(self, cell: dict, report: dict, rank: int = 0):
+        self.cell, self.rank = cell, rank
         local_devices = local_device_count(cell)
         cap_cpu_allocator(cell, local_devices)
         import tensorflow as tf
@@ -189,12 +194,56 @@ class TensorFlowSession:
     def any_rank(self, flag: bool) -> bool:
         return bool(self._total(self.tf.constant(float(flag))).numpy() > 0)
 
+    def profile(self, steps: int, path: str) -> Optional[bool]:
+        """TensorFlow's profiler writes an XSpace; its TensorFlow operations (host) and kernels
+        (GPU) become the Chrome trace at ``path``. Rank 0 only (None elsewhere)."""
+        import glob
+        import json
+
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+        if self.rank > 0:
+            # A second profiling worker of one MultiWorkerMirroredStrategy cluster dies
+            # ("free(): invalid pointer"), so only rank 0 profiles; the others step along.
+            for _ in range(steps):
+                self.step()
+            self.synchronize()
+            return None
+        logdir = path[:-len(".json")] + "-tf"
+        self.tf.profiler.experimental.start(logdir)
+        for _ in range(steps):
+            self.step()
+        self.synchronize()
+        self.tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        with open(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1], "rb") as pb:
+            space.ParseFromString(pb.read())
+        events = []
+        for plane in space.planes:
+            on_gpu = plane.name.startswith("/device:GPU")
+            if plane.name != "/host:CPU" and not on_gpu:
+                continue
+            names = {key: meta.name for key, meta in plane.event_metadata.items()}
+            for line in plane.lines:
+                for event in line.events:
+                    name = names.get(event.metadata_id, "")
+                    if not on_gpu and not TF_OPERATION.match(name):
+                        continue  # executor and runtime spans, not operations
+                    events.append({
+                        "name": name, "ph": "X", "tid": line.id,
+                        "cat": "kernel" if on_gpu else "op",
+                        "ts": line.timestamp_ns / 1e3 + event.offset_ps / 1e6,
+                        "dur": event.duration_ps / 1e6})
+        with open(path, "w") as trace:
+            json.dump({"traceEvents": events}, trace)
+        return self.cell["device_type"] == "gpu"
+
     def finish(self) -> dict:
         return memory_report(self.tf, self.cell, self.devices)
 
 
 def build(cell: dict, report: dict, rank: int) -> TensorFlowSession:
-    return TensorFlowSession(cell, report)
+    return TensorFlowSession(cell, report, rank)
 
 
 if __name__ == "__main__":
