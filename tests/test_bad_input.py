@@ -23,7 +23,7 @@ RUN = ("run", "--device-type", "cpu", "--steps", 1, "--warmup", 0)
 def test_unknown_workload_names_the_valid_ones():
     result = scaling_cli(*RUN, "--workload", "vgg16", "--batch-size", 2)
     assert_one_line_error(result, "unknown workload 'vgg16'",
-                          "alexnet, cifar10, googlenet, inception_v3, resnet50")
+                          "alexnet, cifar10, googlenet, inception_v3, mnist_mlp, resnet50")
 
 
 @pytest.mark.parametrize("batch", [0, -4])

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import read_records, write_sweep
+from scaling.schema import RECORD_FIELDS
 from scaling.slurm_queue import task_indices
 from scaling.slurm_submit import render_script, sbatch_argv
 from scaling.sweep import SlurmSection
@@ -93,6 +94,7 @@ def test_sweep_over_one_and_two_nodes_with_torchrun_and_tf_multiworker(cluster, 
     assert sorted((r["framework"], r["nodes"], r["status"]) for r in records) == [
         ("tensorflow", 1, "ok"), ("tensorflow", 2, "ok"), ("torch", 1, "ok"), ("torch", 2, "ok")]
     for record in records:
+        assert set(record) == set(RECORD_FIELDS)
         assert record["slurm"]["job_id"] and len(record["slurm"]["nodes"]) == record["nodes"]
         if record["nodes"] == 2:
             assert record["timed_images"] == 4 * 2 * record["steps_timed"]
