@@ -9,10 +9,9 @@ from pathlib import Path
 
 import click
 import yaml
-from rich.console import Console
 from rich.table import Table
 
-from scaling import __version__, hardware
+from scaling import __version__, cli_analysis, cli_slurm, hardware
 from scaling.batchsearch import STRATEGIES
 from scaling.cell import DEVICE_TYPES, MODES, make_cell, resolve_device_type
 from scaling.errors import ScalingError
@@ -23,7 +22,8 @@ from scaling.maxbatch import (MAXBATCH_FILE, TrialRunner, check_search_bounds,
                               write_maxbatch_csv)
 from scaling.monitor import NOISE_CORES, WatchSettings
 from scaling.placement import local_placement
-from scaling.provenance import keep_sweep_file, note_command
+from scaling.output import console, prepare_out_dir
+from scaling.provenance import keep_sweep_file
 from scaling.cost import parse_prices
 from scaling.report import cost_tables, report, scaling_tables, thread_tables
 from scaling.runner import check_resumable, pending_cells, run_cells, search_max_batches
@@ -32,8 +32,6 @@ from scaling.sweep import expand, interpreters, load_sweep
 from scaling.units import format_bytes, parse_bytes
 from workloads import WORKLOADS
 
-# Piped output (a log, a notebook cell) is not cut to 80 columns, so wide tables stay whole.
-console = Console(width=None if sys.stdout.isatty() else 200)
 
 
 class ScalingGroup(click.Group):
@@ -52,12 +50,12 @@ def cli():
     """Measure how training throughput (images/sec) scales with the number of devices.
 
     A cell is one measurement: a framework and launcher, a workload, a device count and a
-    per-device batch size. Cells run in fresh processes under a timeout; each one ends with a
-    status (ok, oom, timeout, crashed, error, env_error, ...) and is appended to
-    OUT/results.jsonl.
+    per-device batch size. Cells run in fresh processes under a timeout, here or through Slurm
+    (--backend slurm); each one ends with a status (ok, oom, timeout, crashed, error,
+    env_error, ...) and is appended to OUT/results.jsonl.
 
     Exit status: 0 when every cell got a status (for `run`: when its cell is ok), 1 when the
-    cell of `run` is not ok, 2 for bad input.
+    cell of `run` is not ok or `compare` found a regression, 2 for bad input.
     """
 
 
@@ -102,18 +100,6 @@ def parse_options(pairs) -> dict:
 OPTION_HELP = ("Framework option KEY=VALUE, repeatable (torch: amp=true|fp16|bf16, "
                "channels_last, compile, cudnn_benchmark; TensorFlow: xla, mixed_precision; "
                "MXNet: amp, and kvstore under mxnet-kvstore).")
-
-
-def prepare_out_dir(out_dir: str) -> None:
-    """Create the output folder, or say in one line why it cannot be; note the command in it."""
-    path = Path(out_dir)
-    if path.exists() and not path.is_dir():
-        raise ScalingError(f"--out {out_dir} exists and is not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ScalingError(f"cannot create output folder {out_dir}: {error.strerror}") from None
-    note_command(path, sys.argv[1:])
 
 
 def _print_record(record) -> None:
@@ -487,58 +473,6 @@ def _sweep_on_slurm(spec, out_dir, watch, wait, flags) -> None:
         _print_counts(cells, out_dir)
 
 
-@cli.command()
-@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
-@click.option("--wait", is_flag=True, help="Block, with a progress bar, until every cell ended.")
-def status(out_dir, wait):
-    """Where the cells that OUT_DIR submitted to Slurm stand: pending, running, or their final
-    status. One squeue and one scontrol call per poll; a cell whose job ended without a record
-    (timeout, cancelled, node failure, out of memory, vanished) is recorded here with the reason.
-
-    Exits 0."""
-    from scaling import slurm_backend, slurm_queue
-
-    slurm_backend.require_slurm()
-    states = slurm_queue.poll(out_dir)
-    if wait:
-        states = slurm_backend.wait(out_dir, list(states), console)
-    table = Table(title=f"{out_dir}: cells submitted to Slurm")
-    for header in ("cell", "job", "state"):
-        table.add_column(header)
-    for cell_id, state in states.items():
-        table.add_row(f"{state['what']} ({cell_id})", state["job"] or "-", state["state"])
-    console.print(table)
-    console.print(f"{len(states)} cells: " + ", ".join(
-        f"{count} {name}" for name, count in sorted(slurm_queue.counts(states).items())))
-
-
-@cli.command()
-@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
-def cancel(out_dir):
-    """Cancel the Slurm jobs of OUT_DIR and record their unfinished cells as cancelled.
-
-    A later `sweep --resume` skips them, as it skips every recorded cell. Exits 0."""
-    from scaling import slurm_backend, slurm_queue
-
-    slurm_backend.require_slurm()
-    states = slurm_queue.cancel(out_dir)
-    console.print(f"{len(states)} cells: " + ", ".join(
-        f"{count} {name}" for name, count in sorted(slurm_queue.counts(states).items())))
-
-
-@cli.command(name="slurm-task", hidden=True)
-@click.argument("out_dir")
-@click.argument("group_file")
-@click.argument("index", type=int)
-def slurm_task(out_dir, group_file, index):
-    """Run cell INDEX of GROUP_FILE on this node of a Slurm allocation (batch scripts call it)."""
-    from scaling.slurm_task import run_task
-
-    record = run_task(out_dir, group_file, index)
-    console.print(f"{record['cell']}: {record.get('status')}")
-    sys.exit(record.get("exit_code", 0))
-
-
 @cli.command(name="report")
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--plot", is_flag=True,
@@ -566,121 +500,9 @@ def report_command(out_dir, plot, html, price_pairs):
         console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
 
 
-@cli.command()
-@click.option("--framework", "frameworks", default="torch", show_default=True,
-              help="Comma-separated: torch, tensorflow.")
-@click.option("--sizes", help="Comma-separated matrix sides [default: the reference's 10, 50, "
-                              "100, 200, ..., 1000, 2000, ..., 20000], capped by memory.")
-@click.option("--device-type", "device_types",
-              help="Comma-separated: cpu, gpu [default: cpu,gpu, or cpu without GPUs].")
-@click.option("--dtype", type=click.Choice(["float32", "float64", "float16", "bfloat16"]),
-              default="float32", show_default=True)
-@click.option("--repeats", type=int, default=5, show_default=True,
-              help="Timed products per size; the figure is their median.")
-@click.option("--timeout", "timeout_s", type=float, default=1800, show_default=True,
-              help="Seconds for all sizes of one framework and device.")
-@click.option("--out", "out_dir", default="runs/matmul", show_default=True,
-              type=click.Path(file_okay=False))
-def matmul(frameworks, sizes, device_types, dtype, repeats, timeout_s, out_dir):
-    """The matrix benchmark: an n x n random matrix times its transpose, then summed, on CPU
-    and GPU. Start-up and allocation are not timed, the device is synchronized, each product is
-    checked against the closed form of its sum, and a size's figure is the median of --repeats.
-    Records go to OUT/results.jsonl (kind: matmul); OUT/matmul.csv and two plots (time against
-    n, CPU/GPU ratio against n) follow, with the crossover n where the GPU starts to win.
-
-    Exits 0 once every size has a status, 2 for bad input."""
-    from scaling import matmul as bench
-    from scaling.figures import matmul_figures, save_png
-
-    names = [name.strip() for name in frameworks.split(",") if name.strip()]
-    for name in names:
-        if name not in bench.FRAMEWORKS:
-            raise ScalingError(f"unknown matmul framework {name!r}; valid: "
-                               f"{', '.join(bench.FRAMEWORKS)}")
-    has_gpu = hardware.gpu_count() > 0
-    devices = [d.strip() for d in (device_types or ("cpu,gpu" if has_gpu else "cpu")).split(",")]
-    for device in devices:
-        if device not in ("cpu", "gpu"):
-            raise ScalingError(f"unknown device type {device!r}; valid: cpu, gpu")
-    if "gpu" in devices and not has_gpu:
-        raise ScalingError("--device-type gpu: this machine has no GPU (nvidia-smi finds none)")
-    if repeats <= 0:
-        raise ScalingError(f"--repeats must be positive, got {repeats}")
-    if not has_gpu:
-        console.print("no GPU on this machine: the matrix benchmark runs on the CPU only, with "
-                      "no CPU/GPU ratio or crossover")
-    prepare_out_dir(out_dir)
-
-    def show(record):
-        if "left_out" in record:
-            console.print(f"{record['framework']} on {record['device_type']}: sizes "
-                          f"{record['left_out']} left out (over half the free memory)")
-        elif record["status"] == "ok":
-            console.print(f"{record['framework']} {record['device_type']} n={record['n']}: "
-                          f"{record['seconds']:.6f} s, {record['tflops']:.3f} TFLOP/s")
-        else:
-            console.print(f"{record['framework']} {record['device_type']} n={record['n']}: "
-                          f"{record['status']}: {record['error']}")
-
-    bench.run_matmul(out_dir, names, devices, bench.parse_sizes(sizes), dtype, repeats,
-                     timeout_s, on_row=show)
-    records = bench.matmul_records(ResultStore(out_dir).records())
-    console.print(f"wrote {bench.write_matmul_csv(records, out_dir)}")
-    for name, figure in matmul_figures(records):
-        console.print(f"wrote {save_png(figure, Path(out_dir) / f'{name}.png')}")
-    if has_gpu and "gpu" in devices and "cpu" in devices:
-        for name in names:
-            found = bench.crossover(records, name)
-            console.print(f"{name}: the GPU is faster from n = {found} on" if found
-                          else f"{name}: the GPU is not faster for good at any measured n")
-
-
-VERDICT_STYLES = {"regression": "bold red", "improvement": "green", "within noise": "yellow"}
-
-
-@cli.command(name="compare")
-@click.argument("base_dir", type=click.Path(file_okay=False, exists=True))
-@click.argument("new_dir", type=click.Path(file_okay=False, exists=True))
-@click.option("--threshold", default="5%", show_default=True,
-              help="Smallest change of images/sec that counts: a percentage (5%) or a "
-                   "fraction (0.05).")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
-              help="Also write the comparison, one row per cell, to this CSV file.")
-def compare_command(base_dir, new_dir, threshold, csv_path):
-    """Compare the cells that BASE_DIR and NEW_DIR both measured: new images/sec against base,
-    with intervals (the spread of repeats). A change beyond the threshold is a regression or
-    an improvement unless the intervals overlap ("within noise"); a cell that was ok and now
-    fails is a regression.
-
-    Exit status: 1 when any cell regressed, 0 otherwise, 2 for bad input."""
-    from scaling.compare import (VERDICTS, cell_label, compare, parse_threshold,
-                                 write_comparison_csv)
-
-    fraction = parse_threshold(threshold)
-    records = []
-    for out_dir in (base_dir, new_dir):
-        found = ResultStore(out_dir).records()
-        if not found:
-            raise ScalingError(f"{out_dir} holds no results (no results.jsonl records)")
-        records.append(found)
-    comparison = compare(*records, fraction)
-    table = Table(title=f"{new_dir} against {base_dir}: images/sec (threshold {fraction:.0%})")
-    for header, justify in (("cell", "left"), ("base", "right"), ("new", "right"),
-                            ("change", "right"), ("verdict", "left")):
-        table.add_column(header, justify=justify)
-    for row in comparison.rows:
-        change = f"{row['change']:+.1%}" if row["change"] is not None else "-"
-        style = VERDICT_STYLES.get(row["verdict"], "")
-        table.add_row(cell_label(row), row["base"].text(), row["new"].text(), change,
-                      f"[{style}]{row['verdict']}[/]" if style else row["verdict"])
-    console.print(table)
-    console.print(f"{len(comparison.rows)} cells compared: " + ", ".join(
-        f"{comparison.count(name)} {name}" for name in VERDICTS) +
-        f"; {comparison.only_base} only in base, {comparison.only_new} only in new",
-        soft_wrap=True)
-    if csv_path:
-        console.print(f"wrote {write_comparison_csv(comparison, csv_path)}")
-    sys.exit(1 if comparison.count("regression") else 0)
+for command in (cli_slurm.status, cli_slurm.cancel, cli_slurm.slurm_task, cli_analysis.matmul,
+                cli_analysis.compare_command):
+    cli.add_command(command)
 
 
 def main() -> None:

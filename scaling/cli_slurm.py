@@ -1,0 +1,62 @@
+"""``scaling status``, ``scaling cancel`` and the batch scripts' ``scaling slurm-task``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.table import Table
+
+from scaling.output import console
+
+
+@click.command()
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--wait", is_flag=True, help="Block, with a progress bar, until every cell ended.")
+def status(out_dir, wait):
+    """Where the cells that OUT_DIR submitted to Slurm stand: pending, running, or their final
+    status. One squeue and one scontrol call per poll; a cell whose job ended without a record
+    (timeout, cancelled, node failure, out of memory, vanished) is recorded here with the reason.
+
+    Exits 0."""
+    from scaling import slurm_backend, slurm_queue
+
+    slurm_backend.require_slurm()
+    states = slurm_queue.poll(out_dir)
+    if wait:
+        states = slurm_backend.wait(out_dir, list(states), console)
+    table = Table(title=f"{out_dir}: cells submitted to Slurm")
+    for header in ("cell", "job", "state"):
+        table.add_column(header)
+    for cell_id, state in states.items():
+        table.add_row(f"{state['what']} ({cell_id})", state["job"] or "-", state["state"])
+    console.print(table)
+    console.print(f"{len(states)} cells: " + ", ".join(
+        f"{count} {name}" for name, count in sorted(slurm_queue.counts(states).items())))
+
+
+@click.command()
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+def cancel(out_dir):
+    """Cancel the Slurm jobs of OUT_DIR and record their unfinished cells as cancelled.
+
+    A later `sweep --resume` skips them, as it skips every recorded cell. Exits 0."""
+    from scaling import slurm_backend, slurm_queue
+
+    slurm_backend.require_slurm()
+    states = slurm_queue.cancel(out_dir)
+    console.print(f"{len(states)} cells: " + ", ".join(
+        f"{count} {name}" for name, count in sorted(slurm_queue.counts(states).items())))
+
+
+@click.command(name="slurm-task", hidden=True)
+@click.argument("out_dir")
+@click.argument("group_file")
+@click.argument("index", type=int)
+def slurm_task(out_dir, group_file, index):
+    """Run cell INDEX of GROUP_FILE on this node of a Slurm allocation (batch scripts call it)."""
+    from scaling.slurm_task import run_task
+
+    record = run_task(out_dir, group_file, index)
+    console.print(f"{record['cell']}: {record.get('status')}")
+    sys.exit(record.get("exit_code", 0))
