@@ -9,14 +9,14 @@ EXTRAS ?= torch,tensorflow,plot,test
 # MXNet 1.9.1 needs numpy<1.24, so it has its own environment; its workers run there.
 MXNET_VENV ?= .venv-mxnet
 
-.PHONY: quickstart test env mxnet-env browser slurm
+.PHONY: quickstart test env mxnet-env horovod-env browser slurm
 
 quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/scaling devices
 	$(BIN)/scaling sweep configs/quickstart.yaml --out runs/quickstart --resume
 	$(BIN)/scaling report runs/quickstart --plot --html
 
-test: $(VENV)/.installed $(MXNET_VENV)/.installed browser slurm
+test: $(VENV)/.installed $(MXNET_VENV)/.installed horovod-env browser slurm
 	$(BIN)/python -m pytest -v
 
 # Slurm and munge for the tests' private cluster, where apt-get can install them (as root on
@@ -47,3 +47,63 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
+
+# Horovod 0.28.1 (its last release, source only) with the gloo controller and no MPI, built
+# once per framework against the interpreter that runs that framework's workers: torch in
+# .venv, TensorFlow 2.15.1 in its own .venv-tf215 (Horovod does not build against 2.21), MXNet
+# in .venv-mxnet. Built wheels are kept in .wheels/, one folder per framework version, so later
+# runs install them instead of compiling again (the first build takes about 15 minutes on 2
+# cores). Where a GPU is visible the torch build adds NCCL operations; HOROVOD_CUDA=0 or 1
+# overrides that.
+HOROVOD_VERSION := 0.28.1
+TF_HOROVOD_VENV ?= .venv-tf215
+TF_HOROVOD_VERSION := 2.15.1
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
+WHEELS ?= .wheels
+HOROVOD_SRC := build/horovod/horovod-$(HOROVOD_VERSION).tar.gz
+HOROVOD_CUDA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+HOROVOD_JOBS ?= $(shell nproc)
+HOROVOD_DEPS := cmake wheel setuptools packaging psutil cloudpickle cffi pyyaml
+HOROVOD_TORCH_WHEELS := $(WHEELS)/horovod-torch-$(TORCH_VERSION)$(if $(filter 1,$(HOROVOD_CUDA)),-cuda)
+
+horovod-env: $(VENV)/.horovod $(TF_HOROVOD_VENV)/.horovod $(MXNET_VENV)/.horovod
+
+$(HOROVOD_SRC):
+	mkdir -p $(@D)
+	$(PYTHON) -m pip download --quiet --no-deps --no-binary :all: -d $(@D) horovod==$(HOROVOD_VERSION)
+
+$(TF_HOROVOD_VENV)/.installed:
+	$(PYTHON) -m venv $(TF_HOROVOD_VENV)
+	$(TF_HOROVOD_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TF_HOROVOD_VENV)/bin/python -m pip install --quiet 'tensorflow-cpu==$(TF_HOROVOD_VERSION)' \
+	  'click>=8.1' 'rich>=13' 'pyyaml>=6' 'psutil>=5.9' 'scipy>=1.10' 'nvidia-ml-py>=12'
+	touch $@
+
+# $(call horovod_wheel,VENV,FRAMEWORK,WHEEL DIR,C++ STANDARD,EXTRA ENVIRONMENT): build the wheel
+# into WHEEL DIR unless one is there, then install it into VENV.
+define horovod_wheel
+	$(1)/bin/python -m pip install --quiet $(HOROVOD_DEPS)
+	if ! ls $(3)/horovod-*.whl >/dev/null 2>&1; then \
+	  src=build/horovod/$(notdir $(3)) && rm -rf $$src && mkdir -p $$src && \
+	  tar xzf $(HOROVOD_SRC) -C $$src --strip-components 1 && \
+	  printf '#!/bin/sh\nexec g++ "$$@" $(4)\n' > $$src/cxx && chmod +x $$src/cxx && \
+	  sed -i 's/print(True if ((torch.version.cuda is not None)/print(True if ((__import__("os").environ.get("HOROVOD_TORCH_CPU_ONLY") is None) and (torch.version.cuda is not None)/' \
+	    $$src/cmake/Modules/FindPytorch.cmake && \
+	  env HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_$(2)=1 \
+	    $(foreach other,$(filter-out $(2),PYTORCH TENSORFLOW MXNET),HOROVOD_WITHOUT_$(other)=1) \
+	    CXX=$(CURDIR)/$$src/cxx MAKEFLAGS=-j$(HOROVOD_JOBS) $(5) \
+	    $(1)/bin/python -m pip wheel --quiet --no-deps --no-build-isolation --no-cache-dir \
+	      -w $(3) ./$$src; \
+	fi
+	$(1)/bin/python -m pip install --quiet --no-deps --force-reinstall $(3)/horovod-*.whl
+	touch $(1)/.horovod
+endef
+
+$(VENV)/.horovod: $(VENV)/.installed $(HOROVOD_SRC)
+	$(call horovod_wheel,$(VENV),PYTORCH,$(HOROVOD_TORCH_WHEELS),-std=gnu++20,$(if $(filter 1,$(HOROVOD_CUDA)),HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME=$$($(BIN)/python -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))'),HOROVOD_TORCH_CPU_ONLY=1))
+
+$(TF_HOROVOD_VENV)/.horovod: $(TF_HOROVOD_VENV)/.installed $(HOROVOD_SRC)
+	$(call horovod_wheel,$(TF_HOROVOD_VENV),TENSORFLOW,$(WHEELS)/horovod-tensorflow-$(TF_HOROVOD_VERSION),-std=c++17,)
+
+$(MXNET_VENV)/.horovod: $(MXNET_VENV)/.installed $(HOROVOD_SRC)
+	$(call horovod_wheel,$(MXNET_VENV),MXNET,$(WHEELS)/horovod-mxnet-1.9.1,-std=c++17,)

@@ -20,8 +20,9 @@ MODES = ("train", "forward", "forward_backward")
 """What a step does: ``train`` (forward, backward, optimizer step), ``forward`` (inference mode,
 no gradient) or ``forward_backward`` (loss and backward, no optimizer step)."""
 
-NOT_IDENTITY = {"timeout_s"}
-"""Fields that do not change what is measured, so they stay out of the cell's identity."""
+NOT_IDENTITY = {"timeout_s", "data_parallel"}
+"""Fields that do not change what is measured (or follow from fields that do), so they stay out
+of the cell's identity."""
 
 SINCE_DEFAULT = "omitted from the identity at its default"
 """Metadata for a field added after results were recorded: ``field(default=...,
@@ -63,6 +64,9 @@ class Cell:
     """A sweep's name for one environment of the framework (``tensorflow@tf215``), or empty."""
     profile: bool = field(default=False, metadata={"identity": SINCE_DEFAULT})
     """After the window, a few steps under the framework's profiler: where step time goes."""
+    data_parallel: str = ""
+    """The data-parallel mechanism the workers build, set by the launcher: ``ddp``,
+    ``mirrored``, ``multiworker``, ``kvstore`` or ``horovod``."""
 
     @property
     def environment(self) -> str:
@@ -195,7 +199,7 @@ def make_cell(
         device_type=resolved_type, threads_per_device=threads_per_device, nodes=nodes,
         memory_limit=memory_limit, repeat=repeat, purpose=purpose, options=dict(options or {}),
         timeout_s=float(timeout_s), mode=mode, min_time_s=float(min_time_s),
-        profile=bool(profile), variant=variant,
+        profile=bool(profile), variant=variant, data_parallel=launcher_spec.data_parallel,
     )
 
 

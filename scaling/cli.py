@@ -16,7 +16,7 @@ from scaling.batchsearch import STRATEGIES
 from scaling.cell import DEVICE_TYPES, MODES, make_cell, resolve_device_type
 from scaling.errors import ScalingError
 from scaling.frameworks import FRAMEWORKS, framework_names
-from scaling.launchers import LAUNCHERS, get_launcher
+from scaling.launchers import LAUNCHERS, default_python, get_launcher, launchers_of
 from scaling.maxbatch import (MAXBATCH_FILE, TrialRunner, check_search_bounds,
                               find_max_batches, read_maxbatch_csv, trial_factory,
                               write_maxbatch_csv)
@@ -76,7 +76,8 @@ def devices():
     table = Table(title="Frameworks")
     for header in ("interpreter", "package", "version"):
         table.add_column(header)
-    pythons = dict.fromkeys(framework.default_python() for framework in FRAMEWORKS.values())
+    pythons = dict.fromkeys(default_python(name, launcher) for name in FRAMEWORKS
+                            for launcher in launchers_of(name))
     for python in pythons:
         versions = hardware.installed_versions(python)
         if versions is None:

@@ -21,7 +21,7 @@ from scaling import hardware
 from scaling.aggregate import summarize
 from scaling.cell import Cell
 from scaling.frameworks import get_framework, missing_framework
-from scaling.launchers import get_launcher
+from scaling.launchers import default_python, get_launcher
 from scaling.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings, gpu_indices,
                              other_cores, summarize_watch, wait_for_quiet, window_on_this_host)
 from scaling.placement import Placement, local_placement
@@ -81,9 +81,10 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     placement = placement or local_placement(launcher.ranks_per_node(cell))
     cell_dir = prepare_cell_dir(cell, out_dir, placement)
     framework = get_framework(cell.framework)
-    python = python or framework.default_python()
+    python = python or default_python(cell.framework, cell.launcher)
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    missing = missing_framework(cell.framework, python)
+    missing = (missing_framework(cell.framework, python)
+               or launcher.missing(cell.framework, python))
     if missing is not None:
         return make_record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
                        started_at, 0.0, token=None)

@@ -4,7 +4,8 @@ Every trial is a real cell (purpose ``maxbatch``) run in a fresh process tree: a
 of forward, backward and optimizer step. A trial fails on memory if any rank reports OOM; a trial
 that fails any other way stops the search for that device count with its status. Trials are
 recorded in ``results.jsonl`` like sweep cells, so a killed search resumes without repeating one.
-The answer is run once more to confirm it.
+The answer is run once more to confirm it, and so is the smallest batch that ran out of memory
+(an allocator's peak near the limit can vary from run to run).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def search_devices(make_trial: Callable[[int, int, int], Cell], devices: int, st
             status=status, error=error,
         )
 
+    ooms = set()
     while True:
         batch = propose(state)
         while batch is not None:
@@ -97,9 +99,22 @@ def search_devices(make_trial: Callable[[int, int, int], Cell], devices: int, st
                            record["memory_capacity_bytes"])
             elif record["status"] == "oom":
                 state.out_of_memory(batch)
+                ooms.add(batch)
             else:
                 return result(None, record["status"], record["error"])
             batch = propose(state)
+        if confirm and state.hi is not None and attempts.get(state.hi, 0) == 1:
+            # The smallest OOM is tried once more: near the limit an allocator's peak can vary
+            # from run to run, and a sporadic OOM must not stand for the limit.
+            again = trial(state.hi)
+            if again["status"] == "ok":
+                ooms.discard(state.hi)
+                state.fits(state.hi, again["capped_memory_peak_bytes"],
+                           again["memory_capacity_bytes"])
+                state.hi = min((b for b in ooms if b > state.lo), default=None)
+                continue
+            if again["status"] != "oom":
+                return result(None, again["status"], again["error"])
         if state.lo is None or not confirm:
             return result(records[-1] if state.lo is not None else None)
         check = trial(state.lo)

@@ -7,10 +7,10 @@ this file (or, from outside the package, imported before the cell is made).
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from scaling.errors import ScalingError
-from scaling.frameworks import get_framework
+from scaling.frameworks import PROJECT_ROOT, get_framework
 
 
 class Launcher:
@@ -23,10 +23,20 @@ class Launcher:
     """Options of this launcher, on top of the framework's: a type, or a tuple of values."""
     multi_node: bool = False
     """Whether ranks can span nodes."""
+    data_parallel: str
+    """The data-parallel mechanism its workers build, recorded in the cell
+    (:attr:`scaling.cell.Cell.data_parallel`); workers never look at the launcher's name."""
+    venvs: Dict[str, str] = {}
+    """Frameworks whose workers run under another of the project's virtualenvs when this
+    launcher starts them: framework -> virtualenv, relative to the project root."""
 
     def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
         """The argv that starts this node's processes of ``cell``."""
         raise NotImplementedError
+
+    def missing(self, framework: str, python: str) -> Optional[str]:
+        """Why ``python`` cannot run this launcher's workers of ``framework``, or None."""
+        return None
 
     def ranks_per_node(self, cell) -> int:
         """Processes on each node that report results: one per device by default."""
@@ -65,6 +75,15 @@ def launchers_of(framework: str) -> List[str]:
     return sorted(name for name, launcher in LAUNCHERS.items() if framework in launcher.frameworks)
 
 
+def default_python(framework: str, launcher: str) -> str:
+    """The interpreter that runs ``framework``'s workers under ``launcher`` unless configured
+    otherwise: the framework's, or the launcher's own virtualenv for that framework."""
+    venv = get_launcher(launcher).venvs.get(framework)
+    if venv:
+        return str(PROJECT_ROOT / venv / "bin" / "python")
+    return get_framework(framework).default_python()
+
+
 def worker_argv(python: str, cell, cell_dir: str) -> List[str]:
     """``python -m WORKER CELL_DIR``: one process of the cell's framework."""
     return [python, "-m", get_framework(cell.framework).worker, cell_dir]
@@ -91,4 +110,4 @@ def check_options(launcher: Launcher, framework: str, options: Dict) -> None:
             raise ScalingError(f"option {key} takes a {allowed.__name__}, got {value!r}")
 
 
-from scaling.launchers import mxnet, tensorflow, torchrun  # noqa: E402,F401  (registration)
+from scaling.launchers import horovod, mxnet, tensorflow, torchrun  # noqa: E402,F401  (registration)

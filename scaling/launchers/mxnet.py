@@ -11,6 +11,7 @@ from scaling.launchers import Launcher, register_launcher, thread_env, worker_ar
 class MxnetKvstore(Launcher):
     name = "mxnet-kvstore"
     frameworks = ("mxnet",)
+    data_parallel = "kvstore"
     options = {"kvstore": ("device", "nccl", "local")}
     """``kvstore``: gradient aggregation; ``device`` by default on GPU, ``local`` on CPU."""
 

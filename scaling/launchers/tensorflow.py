@@ -17,6 +17,7 @@ from scaling.launchers import Launcher, register_launcher, thread_env, worker_ar
 class TfMirrored(Launcher):
     name = "tf-mirrored"
     frameworks = ("tensorflow",)
+    data_parallel = "mirrored"
 
     def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
         return worker_argv(python, cell, cell_dir)
@@ -32,6 +33,7 @@ class TfMirrored(Launcher):
 class TfMultiWorker(Launcher):
     name = "tf-multiworker"
     frameworks = ("tensorflow",)
+    data_parallel = "multiworker"
     multi_node = True
 
     def ranks_per_node(self, cell) -> int:

@@ -11,6 +11,7 @@ from scaling.launchers import Launcher, register_launcher, worker_argv
 class Torchrun(Launcher):
     name = "torchrun"
     frameworks = ("torch",)
+    data_parallel = "ddp"
     multi_node = True
 
     def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:

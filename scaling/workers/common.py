@@ -22,7 +22,7 @@ import signal
 import statistics
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 FAULT_ENV = "SCALING_FAULT"
 FAULT_KINDS = ("crash", "hang", "error")
@@ -38,6 +38,17 @@ _OOM_PATTERNS = re.compile(
 def load_cell(cell_dir: str) -> Dict:
     with open(os.path.join(cell_dir, "cell.json")) as spec:
         return json.load(spec)
+
+
+def process_ranks() -> Tuple[int, int, int]:
+    """(global rank, local rank, world size) of this process, from the variables its launcher
+    set: RANK, LOCAL_RANK, WORLD_SIZE (torchrun, the harness's spawner) or HOROVOD_RANK,
+    HOROVOD_LOCAL_RANK, HOROVOD_SIZE (horovodrun); (0, 0, 1) for a process alone."""
+    for prefix, size in (("", "WORLD_SIZE"), ("HOROVOD_", "HOROVOD_SIZE")):
+        if f"{prefix}RANK" in os.environ:
+            return (int(os.environ[f"{prefix}RANK"]), int(os.environ[f"{prefix}LOCAL_RANK"]),
+                    int(os.environ[size]))
+    return 0, 0, 1
 
 
 def die_with_parent() -> None:

@@ -133,7 +133,7 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
     allocator pass False).
     """
     cell_dir = sys.argv[1]
-    rank = int(os.environ.get("RANK", "0"))
+    rank = common.process_ranks()[0]
     common.die_with_parent()
     watch_for_signals(cell_dir, rank)
     cell = common.load_cell(cell_dir)

@@ -3,7 +3,10 @@
 Runs under MXNet's own interpreter, so it imports only the standard library, MXNet and the
 workload definitions. The global batch is split across contexts once with ``split_and_load``.
 MXNet's engine is asynchronous: steps are queued, and ``mx.nd.waitall()`` at chunk boundaries
-waits for them; errors raised inside the engine surface there, inside the report. Option ``amp``: ``mxnet.contrib.amp`` with
+waits for them; errors raised inside the engine surface there, inside the report. The cell's
+``data_parallel`` picks the mechanism: ``kvstore`` (one process over all contexts, a kvstore
+Trainer) or ``horovod`` (one Horovod rank per context, ``hvd.DistributedTrainer`` after a
+broadcast of the parameters). Option ``amp``: ``mxnet.contrib.amp`` with
 float16 on GPU and bfloat16 on CPU, with a dynamic loss scale. Modes: ``forward`` runs the
 network outside ``autograd.record``; ``forward_backward`` computes gradients and does not step.
 """
@@ -22,7 +25,7 @@ def cpu_has_bf16() -> bool:
 
 
 class MxnetSession:
-    """A hybridized Gluon model over this process's contexts, with a kvstore Trainer."""
+    """A hybridized Gluon model over this process's contexts, with a data-parallel Trainer."""
 
     def __init__(self, cell: dict, report: dict):
         import mxnet as mx
@@ -42,7 +45,16 @@ class MxnetSession:
 
             amp.init(target_dtype="float16" if self.gpu else "bfloat16")
             self.amp = amp
-        self.contexts = [mx.gpu(i) if self.gpu else mx.cpu(i) for i in range(cell["devices"])]
+        self.hvd = None
+        if cell["data_parallel"] == "horovod":
+            import horovod.mxnet as hvd
+
+            hvd.init()
+            self.hvd = hvd
+            self.contexts = [mx.gpu(hvd.local_rank()) if self.gpu else mx.cpu(0)]
+        else:
+            self.contexts = [mx.gpu(i) if self.gpu else mx.cpu(i)
+                             for i in range(cell["devices"])]
         kvstore = cell["options"].get("kvstore", "device" if self.gpu else "local")
         workload = get_workload(cell["workload"])
         size, batch = cell["image_size"], cell["batch_size"]
@@ -51,10 +63,17 @@ class MxnetSession:
         self.net = workload.builder("mxnet")(size, workload.classes)
         self.net.initialize(mx.init.Xavier(), ctx=self.contexts)
         self.net.hybridize(static_alloc=True, static_shape=True)
-        self.trainer = gluon.Trainer(
-            self.net.collect_params(), workload.optimizer,
-            {"learning_rate": 0.001} if workload.optimizer == "adam"
-            else {"learning_rate": 0.01, "momentum": 0.9}, kvstore=kvstore)
+        optimizer_params = ({"learning_rate": 0.001} if workload.optimizer == "adam"
+                            else {"learning_rate": 0.01, "momentum": 0.9})
+        if self.hvd:
+            # Parameters are initialized at the first forward; the broadcast follows then.
+            self.hvd.broadcast_parameters(self.net.collect_params(), root_rank=0)
+            self.trainer = self.hvd.DistributedTrainer(
+                self.net.collect_params(), workload.optimizer, optimizer_params)
+            kvstore = None
+        else:
+            self.trainer = gluon.Trainer(self.net.collect_params(), workload.optimizer,
+                                         optimizer_params, kvstore=kvstore)
         if self.amp:
             self.amp.init_trainer(self.trainer)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
@@ -65,9 +84,10 @@ class MxnetSession:
             mx.nd.random.randint(0, workload.classes, shape=(self.images_per_step,))
             .astype("float32"), self.contexts)
         report.update(
-            versions={"mxnet": mx.__version__, "cuda": mx.runtime.Features().is_enabled("CUDA")},
+            versions={"mxnet": mx.__version__, "cuda": mx.runtime.Features().is_enabled("CUDA"),
+                      **({"horovod": self.hvd.__version__} if self.hvd else {})},
             device_name=str(self.contexts[0]), layout="NCHW", hybridized=True, kvstore=kvstore,
-            contexts=len(self.contexts),
+            contexts=len(self.contexts), data_parallel=cell["data_parallel"],
         )
 
     def step(self) -> None:
@@ -87,11 +107,19 @@ class MxnetSession:
     def synchronize(self) -> None:
         self.mx.nd.waitall()
 
+    def _total(self, value: float) -> float:
+        """The sum of ``value`` over the Horovod ranks (itself, with one process)."""
+        if not self.hvd:
+            return value
+        return float(self.hvd.allreduce(self.mx.nd.array([value]), op=self.hvd.Sum).asscalar())
+
     def barrier(self) -> None:
-        """One process holds every context: there is no other rank to wait for."""
+        """Under Horovod, a collective every rank joins; one kvstore process holds every
+        context, so there is no other rank to wait for."""
+        self._total(1.0)
 
     def any_rank(self, flag: bool) -> bool:
-        return flag
+        return self._total(float(flag)) > 0
 
     def profile(self, steps: int, path: str) -> bool:
         profiler = self.mx.profiler

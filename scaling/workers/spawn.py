@@ -2,12 +2,20 @@
 
     python -m scaling.workers.spawn --processes N --workers H:P,... [--first-rank R]
                                     [--tf-config] -- COMMAND...
+    python -m scaling.workers.spawn --processes N --horovod --hosts H,... --node-rank K
+                                    --rendezvous H:P [--first-rank R] [--timeline F] -- COMMAND...
 
 ``--workers`` lists every rank of every node (``host:port``, in rank order); this node runs
 ranks R to R+N-1. Each process gets RANK, LOCAL_RANK and WORLD_SIZE, and with ``--tf-config`` a
-TF_CONFIG naming every worker. If one exits with an error, the others get SIGTERM, then
-SIGKILL after a grace period; the spawner exits with the first failing code. SIGTERM to the
-spawner is passed on to every worker. Standard library only.
+TF_CONFIG naming every worker.
+
+``--horovod`` starts Horovod ranks without horovodrun, as its gloo launcher would: each process
+gets Horovod's rank, size and gloo rendezvous variables, and node 0's spawner serves the
+rendezvous (Horovod's HTTP rendezvous server, with every node's slots) at ``--rendezvous``.
+
+If one process exits with an error, the others get SIGTERM, then SIGKILL after a grace period;
+the spawner exits with the first failing code. SIGTERM to the spawner is passed on to every
+worker. Standard library only, apart from Horovod's own rendezvous server.
 """
 
 from __future__ import annotations
@@ -16,10 +24,12 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
-from typing import List
+from typing import Dict, List
 
 GRACE_S = 10.0
 
@@ -37,21 +47,74 @@ def stop(children: List[subprocess.Popen]) -> None:
             child.wait()
 
 
+def serve_horovod_rendezvous(rendezvous: str, hosts: List[str], processes: int) -> None:
+    """Node 0: Horovod's gloo rendezvous server, in a thread, for every node's slots."""
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+    host, port = rendezvous.rsplit(":", 1)
+    server = RendezvousHTTPServer((host, int(port)), RendezvousHandler, False)
+    slots = ",".join(f"{name}:{processes}" for name in hosts)
+    server.init(get_host_assignments(parse_hosts(slots), len(hosts) * processes))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def interface_of(host: str) -> str:
+    """The network interface that holds ``host``'s address, for gloo to bind to."""
+    import psutil
+
+    address = socket.gethostbyname(host)
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(entry.family == socket.AF_INET and entry.address == address
+               for entry in addresses):
+            return name
+    raise SystemExit(f"no network interface of this machine has {host}'s address {address}")
+
+
+def horovod_env(args, local_rank: int) -> Dict[str, str]:
+    """What horovodrun's gloo launcher gives a rank."""
+    hosts = args.hosts.split(",")
+    host, port = args.rendezvous.rsplit(":", 1)
+    env = {
+        "HOROVOD_HOSTNAME": hosts[args.node_rank],
+        "HOROVOD_RANK": str(args.first_rank + local_rank),
+        "HOROVOD_SIZE": str(len(hosts) * args.processes),
+        "HOROVOD_LOCAL_RANK": str(local_rank), "HOROVOD_LOCAL_SIZE": str(args.processes),
+        "HOROVOD_CROSS_RANK": str(args.node_rank), "HOROVOD_CROSS_SIZE": str(len(hosts)),
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": host, "HOROVOD_GLOO_RENDEZVOUS_PORT": port,
+        "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_GLOO_IFACE": interface_of(hosts[args.node_rank]),
+    }
+    if args.timeline:
+        env["HOROVOD_TIMELINE"] = args.timeline
+    return env
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--processes", type=int, required=True)
-    parser.add_argument("--workers", required=True, help="host:port of every rank, comma-separated")
+    parser.add_argument("--workers", help="host:port of every rank, comma-separated")
     parser.add_argument("--first-rank", type=int, default=0)
     parser.add_argument("--tf-config", action="store_true")
+    parser.add_argument("--horovod", action="store_true")
+    parser.add_argument("--hosts", help="every node's address, comma-separated (--horovod)")
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--rendezvous", help="host:port of node 0's rendezvous (--horovod)")
+    parser.add_argument("--timeline", help="Horovod's timeline file (--horovod)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    workers = args.workers.split(",")
+    if args.horovod and args.node_rank == 0:
+        serve_horovod_rendezvous(args.rendezvous, args.hosts.split(","), args.processes)
     children = []
     for local_rank in range(args.processes):
         rank = args.first_rank + local_rank
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(local_rank),
-               "WORLD_SIZE": str(len(workers))}
+        if args.horovod:
+            env = {**os.environ, **horovod_env(args, local_rank)}
+        else:
+            workers = args.workers.split(",")
+            env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(local_rank),
+                   "WORLD_SIZE": str(len(workers))}
         if args.tf_config:
             env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                            "task": {"type": "worker", "index": rank}})

@@ -1,8 +1,11 @@
 """One TensorFlow process: ``python -m scaling.workers.tf_worker CELL_DIR``.
 
-Under ``tf-mirrored`` it drives N devices with MirroredStrategy; under ``tf-multiworker`` it is
-one worker of a MultiWorkerMirroredStrategy cluster described by TF_CONFIG. The step is a
-``tf.function`` run through ``strategy.run``; warm-up covers tracing and compilation. Steps are
+The cell's ``data_parallel`` picks the mechanism: ``mirrored`` drives N devices with
+MirroredStrategy; ``multiworker`` is one worker of a MultiWorkerMirroredStrategy cluster
+described by TF_CONFIG; ``horovod`` is one Horovod rank on one device, under the default
+strategy, with ``hvd.DistributedGradientTape`` and the variables broadcast from rank 0 (for
+TensorFlow 2.15, which Horovod 0.28.1 builds against). The step is a ``tf.function`` run through
+``strategy.run``; warm-up covers tracing and compilation. Steps are
 not waited for one by one: at chunk boundaries the last step's loss is materialized on the
 host, which waits for every step queued before it. Modes: ``forward`` runs
 the model with ``training=False`` and no tape; ``forward_backward`` computes the gradients and
@@ -22,7 +25,7 @@ TF_OPERATION = re.compile(r"^[^\s:]+:[A-Za-z_]\w*$")
 """A TensorFlow operation in the profiler's host plane: ``scope/name:Type``."""
 
 
-def configure_devices(tf, cell: dict, local_devices: int):
+def configure_devices(tf, cell: dict, local_devices: int, first_gpu: int = 0):
     """Create the logical devices (before TensorFlow initialises) and return their names."""
     tf.config.threading.set_intra_op_parallelism_threads(
         cell["threads_per_device"] * local_devices)
@@ -30,7 +33,7 @@ def configure_devices(tf, cell: dict, local_devices: int):
     tf.config.threading.set_inter_op_parallelism_threads(
         1 if cell["memory_limit"] else max(2, local_devices))
     if cell["device_type"] == "gpu":
-        gpus = tf.config.list_physical_devices("GPU")[:local_devices]
+        gpus = tf.config.list_physical_devices("GPU")[first_gpu:first_gpu + local_devices]
         tf.config.set_visible_devices(gpus, "GPU")
         return [f"/gpu:{index}" for index in range(len(gpus))]
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -40,7 +43,9 @@ def configure_devices(tf, cell: dict, local_devices: int):
 
 
 def make_strategy(tf, cell: dict, devices):
-    if cell["launcher"] == "tf-mirrored":
+    if cell["data_parallel"] == "horovod":
+        return tf.distribute.get_strategy()
+    if cell["data_parallel"] == "mirrored":
         reduce_ops = (tf.distribute.NcclAllReduce() if cell["device_type"] == "gpu"
                       else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
         return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=reduce_ops)
@@ -87,7 +92,11 @@ def memory_report(tf, cell: dict, devices) -> dict:
 
 
 def local_device_count(cell: dict) -> int:
-    multiworker = cell["launcher"] == "tf-multiworker"
+    """Devices of one process: all of the node's, except one per process for Horovod, and for
+    MultiWorkerMirroredStrategy on CPU (one worker per CPU device)."""
+    if cell["data_parallel"] == "horovod":
+        return 1
+    multiworker = cell["data_parallel"] == "multiworker"
     return 1 if multiworker and cell["device_type"] == "cpu" else cell["devices"]
 
 
@@ -107,7 +116,13 @@ class TensorFlowSession:
                 "xla and mixed_precision together do not run on CPU: XLA's CPU compiler refuses "
                 "the mixed float16/float32 ops of mixed_float16 ('Seen floating point types of "
                 "different precisions ... but mixed precision is disallowed'); use one of them")
-        self.devices = configure_devices(tf, cell, local_devices)
+        hvd = None
+        if cell["data_parallel"] == "horovod":
+            import horovod.tensorflow as hvd
+
+            hvd.init()
+        self.devices = configure_devices(tf, cell, local_devices,
+                                         first_gpu=hvd.local_rank() if hvd else 0)
         strategy = make_strategy(tf, cell, self.devices)
 
         import keras  # after the devices are configured: importing it initialises TensorFlow
@@ -126,16 +141,20 @@ class TensorFlowSession:
                          else keras.optimizers.SGD(learning_rate=0.01, momentum=0.9))
             if options.get("mixed_precision"):
                 optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+        if hvd:
+            hvd.broadcast_variables(model.variables, root_rank=0)
         report.update(
             params=sum(int(tf.size(v)) for v in model.trainable_variables),
             versions={"tensorflow": tf.__version__, "keras": keras.__version__,
+                      **({"horovod": hvd.__version__} if hvd else {}),
                       **{k: v for k, v in tf.sysconfig.get_build_info().items()
                          if k in ("cuda_version", "cudnn_version")}},
             device_name=self.devices[0] if cell["device_type"] == "cpu"
             else tf.config.experimental.get_device_details(
                 tf.config.list_physical_devices("GPU")[0]).get("device_name", "gpu"),
             layout="NHWC", local_devices=local_devices,
-            replicas=strategy.num_replicas_in_sync,
+            replicas=hvd.size() if hvd else strategy.num_replicas_in_sync,
+            data_parallel=cell["data_parallel"],
             threads="one intra-op pool of threads_per_device x local devices, shared by the "
                     "process's logical devices",
             xla=bool(options.get("xla")), mixed_precision=bool(options.get("mixed_precision")),
@@ -148,7 +167,7 @@ class TensorFlowSession:
             return images, labels
 
         images, labels = strategy.experimental_distribute_values_from_function(synthetic)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
         mode = cell["mode"]
 
@@ -160,6 +179,8 @@ class TensorFlowSession:
                 loss = tf.nn.compute_average_loss(loss_fn(y, logits),
                                                   global_batch_size=global_batch)
                 scaled = optimizer.scale_loss(loss) if options.get("mixed_precision") else loss
+            if hvd:
+                tape = hvd.DistributedGradientTape(tape)
             grads = tape.gradient(scaled, model.trainable_variables)
             if mode == "forward_backward":
                 # Returned, so that the gradients are computed rather than pruned.
@@ -176,6 +197,8 @@ class TensorFlowSession:
 
         @tf.function
         def total(value):
+            if hvd:
+                return hvd.allreduce(value, op=hvd.Sum)
             values = strategy.run(tf.identity, args=(value,))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)
 

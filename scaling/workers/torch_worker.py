@@ -1,7 +1,9 @@
 """One PyTorch process: ``python -m scaling.workers.torch_worker CELL_DIR``.
 
-Started by a launcher that sets RANK, LOCAL_RANK and WORLD_SIZE (torchrun); the data-parallel
-wrapper is DistributedDataParallel over gloo on CPU and NCCL on GPU. Synthetic data is made once
+Started by a launcher that sets the process's ranks (torchrun, or horovodrun). The cell's
+``data_parallel`` picks the mechanism: ``ddp`` (DistributedDataParallel over gloo on CPU and NCCL
+on GPU) or ``horovod`` (``hvd.DistributedOptimizer`` after a broadcast of the parameters and the
+optimizer state; NCCL on GPU where the build has it, gloo otherwise). Synthetic data is made once
 on the device. Step times on GPU come from CUDA events, so timing adds no host synchronization
 inside the window.
 
@@ -14,7 +16,7 @@ data-parallel wrapper); ``forward_backward`` (loss and backward, no optimizer st
 
 from __future__ import annotations
 
-import os
+import contextlib
 import time
 
 from scaling.workers import common
@@ -35,17 +37,82 @@ class _CudaEventTimer:
         return [a.elapsed_time(b) / 1000.0 for a, b in zip(self.events, self.events[1:])]
 
 
-class TorchSession:
-    """A DDP model, its optimizer and one synthetic batch on this rank's device."""
+class DdpParallel:
+    """DistributedDataParallel over a torch.distributed process group."""
 
-    def __init__(self, cell: dict, report: dict, local_rank: int):
-        import torch
+    def __init__(self, torch, is_gpu: bool):
         import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        self.versions = {}
+        dist.init_process_group(backend="nccl" if is_gpu else "gloo")
+
+    def wrap(self, model, optimizer, device_ids):
         from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=device_ids), optimizer
+
+    def gradients_reduced(self, optimizer):
+        """DDP reduces the gradients inside backward: stepping needs nothing more."""
+        return contextlib.nullcontext()
+
+    def barrier(self) -> None:
+        self.dist.barrier()
+
+    def max(self, value):
+        self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
+        return value
+
+    def finish(self) -> None:
+        self.dist.destroy_process_group()
+
+
+class HorovodParallel:
+    """Horovod: the optimizer allreduces gradients as backward produces them."""
+
+    def __init__(self, torch, is_gpu: bool):
+        import horovod.torch as hvd
+
+        self.hvd = hvd
+        self.versions = {"horovod": hvd.__version__}
+        hvd.init()
+
+    def wrap(self, model, optimizer, device_ids):
+        hvd = self.hvd
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return model, hvd.DistributedOptimizer(optimizer,
+                                               named_parameters=model.named_parameters())
+
+    @contextlib.contextmanager
+    def gradients_reduced(self, optimizer):
+        """Wait for the gradients' allreduces, then step without waiting again."""
+        optimizer.synchronize()
+        with optimizer.skip_synchronize():
+            yield
+
+    def barrier(self) -> None:
+        self.hvd.barrier()
+
+    def max(self, value):
+        return self.hvd.allreduce(value, op=self.hvd.Max)
+
+    def finish(self) -> None:
+        self.hvd.shutdown()
+
+
+PARALLEL = {"ddp": DdpParallel, "horovod": HorovodParallel}
+
+
+class TorchSession:
+    """A data-parallel model, its optimizer and one synthetic batch on this rank's device."""
+
+    def __init__(self, cell: dict, report: dict, local_rank: int, world_size: int):
+        import torch
 
         from workloads import get_workload
 
-        self.torch, self.dist = torch, dist
+        self.torch = torch
         self.mode = cell["mode"]
         options = cell["options"]
         torch.set_num_threads(cell["threads_per_device"])
@@ -63,22 +130,23 @@ class TorchSession:
                          else torch.contiguous_format)
         report.update(versions=self._versions(), device_name=self._device_name(),
                       layout="NHWC" if options.get("channels_last") else "NCHW",
-                      world_size=int(os.environ["WORLD_SIZE"]),
+                      world_size=world_size, data_parallel=cell["data_parallel"],
                       amp_dtype=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype
                       else None)
-        dist.init_process_group(backend="nccl" if self.is_gpu else "gloo")
+        self.parallel = PARALLEL[cell["data_parallel"]](torch, self.is_gpu)
+        report["versions"].update(self.parallel.versions)
         workload = get_workload(cell["workload"])
         model = workload.builder("torch")(cell["image_size"], workload.classes).to(
             self.device, memory_format=memory_format)
         report["params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        optimizer = (torch.optim.Adam(model.parameters(), lr=0.001)
+                     if workload.optimizer == "adam"
+                     else torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
         if self.mode == "forward":
-            self.model = model.eval()
+            self.model, self.optimizer = model.eval(), optimizer
         else:
-            self.model = DistributedDataParallel(
-                model, device_ids=[local_rank] if self.is_gpu else None)
-        self.optimizer = (torch.optim.Adam(self.model.parameters(), lr=0.001)
-                          if workload.optimizer == "adam"
-                          else torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9))
+            self.model, self.optimizer = self.parallel.wrap(
+                model, optimizer, [local_rank] if self.is_gpu else None)
         self.loss_fn = torch.nn.CrossEntropyLoss()
         size, batch = cell["image_size"], cell["batch_size"]
         self.images = torch.randn(batch, workload.channels, size, size, device=self.device).to(
@@ -108,11 +176,13 @@ class TorchSession:
             with self.torch.inference_mode(), self._autocast():
                 self.model(self.images)
             return
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()  # set_to_none, the default since torch 2.0
         with self._autocast():
             loss = self.loss_fn(self.model(self.images), self.labels)
         (self.scaler.scale(loss) if self.scaler else loss).backward()
-        if self.mode == "train":
+        with self.parallel.gradients_reduced(self.optimizer):
+            if self.mode != "train":
+                return
             if self.scaler:
                 self.scaler.step(self.optimizer)
                 self.scaler.update()
@@ -124,12 +194,10 @@ class TorchSession:
             self.torch.cuda.synchronize(self.device)
 
     def barrier(self) -> None:
-        self.dist.barrier()
+        self.parallel.barrier()
 
     def any_rank(self, flag: bool) -> bool:
-        value = self.torch.tensor([int(flag)], device=self.device)
-        self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
-        return bool(value.item())
+        return bool(self.parallel.max(self.torch.tensor([int(flag)], device=self.device)).item())
 
     def profile(self, steps: int, path: str) -> bool:
         from torch.profiler import ProfilerActivity, profile
@@ -148,7 +216,7 @@ class TorchSession:
 
     def finish(self) -> dict:
         memory = self._memory()
-        self.dist.destroy_process_group()
+        self.parallel.finish()
         return memory
 
     def _memory(self) -> dict:
@@ -176,7 +244,8 @@ class TorchSession:
 
 
 def build(cell: dict, report: dict, rank: int) -> TorchSession:
-    return TorchSession(cell, report, int(os.environ["LOCAL_RANK"]))
+    _, local_rank, world_size = common.process_ranks()
+    return TorchSession(cell, report, local_rank, world_size)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+"""Horovod over gloo, for PyTorch, TensorFlow and MXNet: one process per device.
+
+On one node the ranks start under ``horovodrun --gloo -np N -H localhost:N``. Over several
+nodes (a Slurm allocation, where each node runs its own part of the cell) the harness's spawner
+starts each node's ranks with Horovod's gloo environment, and node 0's spawner serves the gloo
+rendezvous at the placement's rendezvous endpoint.
+
+Each framework's Horovod build lives with the interpreter that runs its workers: torch in the
+main environment, TensorFlow 2.15.1 in ``.venv-tf215`` (Horovod 0.28.1 does not build against
+later TensorFlow), MXNet in ``.venv-mxnet``; ``make horovod-env`` builds all three. The worker
+reads its data-parallel mechanism from the cell (``data_parallel: horovod``).
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from typing import Dict, List, Optional
+
+from scaling.errors import ScalingError
+from scaling.launchers import Launcher, register_launcher, thread_env, worker_argv
+
+BUILD_HINT = "build it with: make horovod-env"
+
+_LIBRARY = {"torch": "torch/mpi_lib_v2*", "tensorflow": "tensorflow/mpi_lib*",
+            "mxnet": "mxnet/mpi_lib*"}
+"""The compiled part of Horovod's binding for each framework, inside the horovod package."""
+
+
+@functools.lru_cache(maxsize=None)
+def missing_build(framework: str, python: str) -> Optional[str]:
+    """Why ``python`` has no Horovod built for ``framework``, or None when it has one."""
+    probe = ("import importlib.util, pathlib, sys; spec = importlib.util.find_spec('horovod'); "
+             "sys.exit(spec is None or not any(pathlib.Path("
+             f"spec.submodule_search_locations[0]).glob({_LIBRARY[framework]!r})))")
+    try:
+        found = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"cannot run {python} ({error}); {BUILD_HINT}"
+    if found.returncode != 0:
+        return f"Horovod is not built for {framework} under {python}; {BUILD_HINT}"
+    return None
+
+
+@register_launcher
+class Horovod(Launcher):
+    name = "horovod"
+    frameworks = ("torch", "tensorflow", "mxnet")
+    options = {"timeline": bool}
+    multi_node = True
+    data_parallel = "horovod"
+    venvs = {"tensorflow": ".venv-tf215"}
+
+    def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
+        timeline = f"{cell_dir}/horovod-timeline.json" if cell.options.get("timeline") else None
+        if placement.nodes == 1:
+            ranks = placement.ranks_per_host
+            return [python, "-m", "horovod.runner.launch", "--gloo", "-np", str(ranks),
+                    "-H", f"localhost:{ranks}",
+                    *(["--timeline-filename", timeline] if timeline else []),
+                    *worker_argv(python, cell, cell_dir)]
+        if len(placement.hosts) != placement.nodes:
+            raise ScalingError(f"horovod over several nodes addresses every node: name the "
+                               f"{placement.nodes} nodes' hosts (--hosts)")
+        return [python, "-m", "scaling.workers.spawn", "--horovod",
+                "--hosts", ",".join(placement.hosts), "--node-rank", str(placement.node_rank),
+                "--rendezvous", placement.rendezvous,
+                "--first-rank", str(placement.first_rank),
+                "--processes", str(placement.ranks_per_host),
+                *(["--timeline", timeline] if timeline else []), "--",
+                *worker_argv(python, cell, cell_dir)]
+
+    def missing(self, framework: str, python: str) -> Optional[str]:
+        return missing_build(framework, python)
+
+    def env(self, cell, placement) -> Dict[str, str]:
+        return thread_env(cell.threads_per_device)
