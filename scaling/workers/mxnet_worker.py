@@ -13,6 +13,8 @@ network outside ``autograd.record``; ``forward_backward`` computes gradients and
 
 from __future__ import annotations
 
+import sys
+
 from scaling.workers import common
 from scaling.workers.loop import run_worker
 
@@ -85,7 +87,7 @@ class MxnetSession:
             .astype("float32"), self.contexts)
         report.update(
             versions={"mxnet": mx.__version__, "cuda": mx.runtime.Features().is_enabled("CUDA"),
-                      **({"horovod": self.hvd.__version__} if self.hvd else {})},
+                      **({"horovod": sys.modules["horovod"].__version__} if self.hvd else {})},
             device_name=str(self.contexts[0]), layout="NCHW", hybridized=True, kvstore=kvstore,
             contexts=len(self.contexts), data_parallel=cell["data_parallel"],
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Optional
 
 from scaling.workers import common
@@ -146,7 +147,7 @@ class TensorFlowSession:
         report.update(
             params=sum(int(tf.size(v)) for v in model.trainable_variables),
             versions={"tensorflow": tf.__version__, "keras": keras.__version__,
-                      **({"horovod": hvd.__version__} if hvd else {}),
+                      **({"horovod": sys.modules["horovod"].__version__} if hvd else {}),
                       **{k: v for k, v in tf.sysconfig.get_build_info().items()
                          if k in ("cuda_version", "cudnn_version")}},
             device_name=self.devices[0] if cell["device_type"] == "cpu"

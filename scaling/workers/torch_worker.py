@@ -71,10 +71,11 @@ class HorovodParallel:
     """Horovod: the optimizer allreduces gradients as backward produces them."""
 
     def __init__(self, torch, is_gpu: bool):
+        import horovod
         import horovod.torch as hvd
 
         self.hvd = hvd
-        self.versions = {"horovod": hvd.__version__}
+        self.versions = {"horovod": horovod.__version__}
         hvd.init()
 
     def wrap(self, model, optimizer, device_ids):
