@@ -62,6 +62,8 @@ RECORD_FIELDS: Dict[str, str] = {
     "cell": "the cell's id: a hash of what is measured",
     "framework": "torch, tensorflow or mxnet",
     "launcher": "how the ranks were started",
+    "data_parallel": "the data-parallel mechanism the workers built: ddp, mirrored, "
+                     "multiworker, kvstore or horovod",
     "workload": "the model",
     "device_type": "gpu or cpu",
     "devices": "devices per node",

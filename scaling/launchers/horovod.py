@@ -74,4 +74,6 @@ class Horovod(Launcher):
         return missing_build(framework, python)
 
     def env(self, cell, placement) -> Dict[str, str]:
-        return thread_env(cell.threads_per_device)
+        # horovodrun forwards its ranks' output through its own stdout: unbuffered, so that
+        # what it forwarded is in the log when a timeout kills the tree.
+        return {**thread_env(cell.threads_per_device), "PYTHONUNBUFFERED": "1"}

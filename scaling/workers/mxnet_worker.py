@@ -89,7 +89,7 @@ class MxnetSession:
             versions={"mxnet": mx.__version__, "cuda": mx.runtime.Features().is_enabled("CUDA"),
                       **({"horovod": sys.modules["horovod"].__version__} if self.hvd else {})},
             device_name=str(self.contexts[0]), layout="NCHW", hybridized=True, kvstore=kvstore,
-            contexts=len(self.contexts), data_parallel=cell["data_parallel"],
+            contexts=len(self.contexts),
         )
 
     def step(self) -> None:

@@ -155,7 +155,6 @@ class TensorFlowSession:
                 tf.config.list_physical_devices("GPU")[0]).get("device_name", "gpu"),
             layout="NHWC", local_devices=local_devices,
             replicas=hvd.size() if hvd else strategy.num_replicas_in_sync,
-            data_parallel=cell["data_parallel"],
             threads="one intra-op pool of threads_per_device x local devices, shared by the "
                     "process's logical devices",
             xla=bool(options.get("xla")), mixed_precision=bool(options.get("mixed_precision")),

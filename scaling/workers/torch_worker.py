@@ -131,7 +131,7 @@ class TorchSession:
                          else torch.contiguous_format)
         report.update(versions=self._versions(), device_name=self._device_name(),
                       layout="NHWC" if options.get("channels_last") else "NCHW",
-                      world_size=world_size, data_parallel=cell["data_parallel"],
+                      world_size=world_size,
                       amp_dtype=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype
                       else None)
         self.parallel = PARALLEL[cell["data_parallel"]](torch, self.is_gpu)
