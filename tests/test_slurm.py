@@ -104,6 +104,19 @@ def test_sweep_over_one_and_two_nodes_with_torchrun_and_tf_multiworker(cluster, 
     assert "4 cells: 4 ok" in status.stdout
 
 
+def test_horovod_cells_over_two_nodes_for_every_framework(cluster, tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], frameworks={
+        framework: {"launchers": ["horovod"]} for framework in ("torch", "tensorflow", "mxnet")})
+    out = tmp_path / "out"
+    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
+    records = read_records(out)
+    assert sorted((r["framework"], r["status"]) for r in records) == [
+        ("mxnet", "ok"), ("tensorflow", "ok"), ("torch", "ok")], [r["error"] for r in records]
+    for record in records:
+        assert record["timed_images"] == 4 * 2 * record["steps_timed"]
+        assert {n["node"] for n in record["slurm"]["nodes"]} == {"n1", "n2"}
+
+
 def test_a_cell_past_its_time_limit_ends_as_timeout(cluster, tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", steps=1000, timeout_s=3600)
     out = tmp_path / "out"

@@ -21,6 +21,7 @@ worker. Standard library only, apart from Horovod's own rendezvous server.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import signal
@@ -60,15 +61,17 @@ def serve_horovod_rendezvous(rendezvous: str, hosts: List[str], processes: int) 
 
 
 def interface_of(host: str) -> str:
-    """The network interface that holds ``host``'s address, for gloo to bind to."""
+    """The network interface whose network holds ``host``'s address, for gloo to bind to
+    (``lo`` for every 127.x address, as for several nodes on one machine)."""
     import psutil
 
-    address = socket.gethostbyname(host)
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(entry.family == socket.AF_INET and entry.address == address
-               for entry in addresses):
-            return name
-    raise SystemExit(f"no network interface of this machine has {host}'s address {address}")
+    address = ipaddress.ip_address(socket.gethostbyname(host))
+    for name, entries in psutil.net_if_addrs().items():
+        for entry in entries:
+            if entry.family == socket.AF_INET and entry.netmask and address in \
+                    ipaddress.ip_network(f"{entry.address}/{entry.netmask}", strict=False):
+                return name
+    raise SystemExit(f"no network interface of this machine reaches {host} ({address})")
 
 
 def horovod_env(args, local_rank: int) -> Dict[str, str]:

@@ -1,0 +1,121 @@
+"""Horovod for PyTorch, TensorFlow and MXNet under real horovodrun (one node) and the harness's
+spawner with Horovod's gloo rendezvous (several nodes), at tiny sizes.
+
+The Horovod builds come from ``make horovod-env`` (``make test`` runs it): torch in the main
+environment, TensorFlow 2.15.1 in ``.venv-tf215``, MXNet in ``.venv-mxnet``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import (images_per_sec_from_reports, leftover_cell_processes, rank_reports,
+                      read_records, scaling_cli, scaling_cli_ok, write_sweep)
+from scaling.placement import free_port_block
+
+NATIVE = {"torch": "torchrun", "tensorflow": "tf-mirrored", "mxnet": "mxnet-kvstore"}
+TINY = ("--workload", "cifar10", "--batch-size", 4, "--image-size", 16, "--steps", 5,
+        "--warmup", 1, "--device-type", "cpu")
+
+
+def run_horovod(out_dir, *args, framework="torch", devices=2, env=None):
+    return scaling_cli("run", "--framework", framework, "--launcher", "horovod",
+                       "--devices", devices, *TINY, *args, "--out", out_dir, env=env)
+
+
+def test_each_framework_runs_on_one_and_two_ranks_with_the_same_model_as_its_own_launcher(
+        tmp_path, out_dir):
+    sweep = write_sweep(tmp_path / "hvd.yaml", devices=[1, 2], frameworks={
+        framework: {"launchers": [native, "horovod"]} for framework, native in NATIVE.items()})
+    scaling_cli_ok("sweep", sweep, "--out", out_dir)
+    records = read_records(out_dir)
+    assert sorted((r["framework"], r["launcher"], r["devices"], r["status"]) for r in records) \
+        == sorted((framework, launcher, devices, "ok") for framework, native in NATIVE.items()
+                  for launcher in (native, "horovod") for devices in (1, 2))
+    params = defaultdict(set)
+    for record in records:
+        params[record["framework"]].add(record["params"])
+        if record["launcher"] == "horovod":
+            assert record["data_parallel"] == "horovod"
+            assert record["versions"]["horovod"] == "0.28.1"
+            reports = rank_reports(record)
+            assert sorted(r["rank"] for r in reports) == list(range(record["devices"]))
+            assert record["timed_images"] == 4 * record["devices"] * record["steps_timed"]
+            assert record["images_per_sec"] == pytest.approx(images_per_sec_from_reports(reports))
+    assert all(len(counts) == 1 for counts in params.values()), params
+
+    by_launcher = {(r["framework"], r["launcher"]): r for r in records}
+    assert by_launcher["tensorflow", "horovod"]["versions"]["tensorflow"] == "2.15.1"
+    native_tf = by_launcher["tensorflow", "tf-mirrored"]["versions"]["tensorflow"]
+    assert native_tf != "2.15.1"
+    report = scaling_cli_ok("report", out_dir).stdout
+    assert "tensorflow 2.15.1 / horovod" in report
+    assert f"tensorflow {native_tf} / tf-mirrored" in report
+
+
+def test_a_rank_that_dies_is_recorded_as_crashed(out_dir):
+    result = run_horovod(out_dir, env={**os.environ, "SCALING_FAULT": "crash@1:3"})
+    assert result.returncode == 1
+    [record] = read_records(out_dir)
+    assert (record["status"], record["error"]) == ("crashed", "rank 1 killed by SIGKILL")
+    assert leftover_cell_processes(record) == []
+
+
+def test_a_rank_that_hangs_is_killed_at_the_timeout_with_horovods_output_kept(out_dir):
+    env = {**os.environ, "SCALING_FAULT": "hang@1:3", "HOROVOD_LOG_LEVEL": "info"}
+    result = run_horovod(out_dir, "--timeout", 30, env=env)
+    assert result.returncode == 1
+    [record] = read_records(out_dir)
+    assert record["status"] == "timeout" and "no result within 30 s" in record["error"]
+    assert leftover_cell_processes(record) == []
+    log = Path(record["log"]).read_text()
+    assert "[0]: Horovod initialized" in log and "[1]: Horovod initialized" in log
+
+
+def test_a_rank_out_of_memory_is_recorded_as_oom(out_dir):
+    result = run_horovod(out_dir, "--memory-limit", "1GiB", "--batch-size", 1024,
+                         "--image-size", 32)
+    assert result.returncode == 1
+    [record] = read_records(out_dir)
+    assert record["status"] == "oom" and "can't allocate memory" in record["error"]
+
+
+def test_timeline_option_writes_horovods_timeline_into_the_cell_folder(out_dir):
+    result = run_horovod(out_dir, "--option", "timeline=true")
+    assert result.returncode == 0, result.stderr
+    [record] = read_records(out_dir)
+    events = json.loads((Path(record["log"]).parent / "horovod-timeline.json").read_text())
+    assert {"NEGOTIATE_ALLREDUCE", "GLOO_ALLREDUCE"} <= {event.get("name") for event in events}
+
+
+def test_a_framework_without_its_horovod_build_is_an_env_error_naming_the_make_target(out_dir):
+    # The main environment has TensorFlow 2.21 and a Horovod built for torch only.
+    result = run_horovod(out_dir, "--python", sys.executable, framework="tensorflow")
+    assert result.returncode == 1
+    [record] = read_records(out_dir)
+    assert record["status"] == "env_error"
+    assert record["error"] == (f"Horovod is not built for tensorflow under {sys.executable}; "
+                               "build it with: make horovod-env")
+
+
+def test_two_nodes_meet_at_node_zeros_gloo_rendezvous_and_make_one_record(out_dir):
+    port = free_port_block(1)
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "scaling", "run", "--framework", "torch", "--launcher", "horovod",
+         "--devices", "1", "--threads-per-device", "1", *map(str, TINY), "--nodes", "2",
+         "--node-rank", str(rank), "--rendezvous", f"127.0.0.1:{port}",
+         "--hosts", "127.0.0.1,127.0.0.2", "--timeout", "180", "--out", str(out_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    [record] = read_records(out_dir)
+    assert record["status"] == "ok", record["error"]
+    assert sorted(r["rank"] for r in rank_reports(record)) == [0, 1]
+    assert record["timed_images"] == 4 * 2 * record["steps_timed"]
