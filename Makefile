@@ -63,6 +63,8 @@ WHEELS ?= .wheels
 HOROVOD_SRC := build/horovod/horovod-$(HOROVOD_VERSION).tar.gz
 HOROVOD_CUDA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 HOROVOD_JOBS ?= $(shell nproc)
+# GCC 13 no longer pulls these in through other headers, and some of Horovod's sources rely on it.
+HOROVOD_CXX_INCLUDES := -include cstdint -include string
 HOROVOD_DEPS := cmake wheel setuptools packaging psutil cloudpickle cffi pyyaml
 HOROVOD_TORCH_WHEELS := $(WHEELS)/horovod-torch-$(TORCH_VERSION)$(if $(filter 1,$(HOROVOD_CUDA)),-cuda)
 
@@ -79,19 +81,22 @@ $(TF_HOROVOD_VENV)/.installed:
 	  'click>=8.1' 'rich>=13' 'pyyaml>=6' 'psutil>=5.9' 'scipy>=1.10' 'nvidia-ml-py>=12'
 	touch $@
 
-# $(call horovod_wheel,VENV,FRAMEWORK,WHEEL DIR,C++ STANDARD,EXTRA ENVIRONMENT): build the wheel
-# into WHEEL DIR unless one is there, then install it into VENV.
+# $(call horovod_wheel,VENV,FRAMEWORK,WHEEL DIR,C++ STANDARD,PREPARE): build the wheel into
+# WHEEL DIR unless one is there, then install it into VENV. PREPARE runs in the shell of the
+# build, in the unpacked source folder $$src, before it (it may export variables). CMake is the
+# venv's own (pip's); CMake 4 needs a policy floor for the gloo that Horovod bundles.
 define horovod_wheel
 	$(1)/bin/python -m pip install --quiet $(HOROVOD_DEPS)
 	if ! ls $(3)/horovod-*.whl >/dev/null 2>&1; then \
 	  src=build/horovod/$(notdir $(3)) && rm -rf $$src && mkdir -p $$src && \
 	  tar xzf $(HOROVOD_SRC) -C $$src --strip-components 1 && \
-	  printf '#!/bin/sh\nexec g++ "$$@" $(4)\n' > $$src/cxx && chmod +x $$src/cxx && \
-	  sed -i 's/print(True if ((torch.version.cuda is not None)/print(True if ((__import__("os").environ.get("HOROVOD_TORCH_CPU_ONLY") is None) and (torch.version.cuda is not None)/' \
-	    $$src/cmake/Modules/FindPytorch.cmake && \
+	  printf '#!/bin/sh\nexec g++ "$$@" $(4) $(HOROVOD_CXX_INCLUDES)\n' > $$src/cxx && \
+	  chmod +x $$src/cxx && \
+	  $(5) && \
 	  env HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_$(2)=1 \
 	    $(foreach other,$(filter-out $(2),PYTORCH TENSORFLOW MXNET),HOROVOD_WITHOUT_$(other)=1) \
-	    CXX=$(CURDIR)/$$src/cxx MAKEFLAGS=-j$(HOROVOD_JOBS) $(5) \
+	    CXX=$(CURDIR)/$$src/cxx MAKEFLAGS=-j$(HOROVOD_JOBS) HOROVOD_CMAKE=$(1)/bin/cmake \
+	    CMAKE_POLICY_VERSION_MINIMUM=3.5 \
 	    $(1)/bin/python -m pip wheel --quiet --no-deps --no-build-isolation --no-cache-dir \
 	      -w $(3) ./$$src; \
 	fi
@@ -99,11 +104,21 @@ define horovod_wheel
 	touch $(1)/.horovod
 endef
 
+# CPU only: torch reports a CUDA toolkit wherever its CUDA_HOME is set, and Horovod's CMake
+# then insists on finding one, so the check learns to honour HOROVOD_TORCH_CPU_ONLY.
+HOROVOD_TORCH_CPU := sed -i 's/print(True if ((torch.version.cuda is not None)/print(True if ((__import__("os").environ.get("HOROVOD_TORCH_CPU_ONLY") is None) and (torch.version.cuda is not None)/' $$src/cmake/Modules/FindPytorch.cmake && export HOROVOD_TORCH_CPU_ONLY=1
+# With NCCL: the NCCL that torch ships (pip's nvidia-nccl), linked as a shared library; its
+# folder has only libnccl.so.2, so a libnccl.so link beside the source lets CMake find it.
+HOROVOD_TORCH_NCCL := nccl=$$($(BIN)/python -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])') && \
+	  mkdir -p $$src/nccl-lib && ln -sf $$nccl/lib/libnccl.so.2 $$src/nccl-lib/libnccl.so && \
+	  export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED \
+	    HOROVOD_NCCL_INCLUDE=$$nccl/include HOROVOD_NCCL_LIB=$(CURDIR)/$$src/nccl-lib
+
 $(VENV)/.horovod: $(VENV)/.installed $(HOROVOD_SRC)
-	$(call horovod_wheel,$(VENV),PYTORCH,$(HOROVOD_TORCH_WHEELS),-std=gnu++20,$(if $(filter 1,$(HOROVOD_CUDA)),HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME=$$($(BIN)/python -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))'),HOROVOD_TORCH_CPU_ONLY=1))
+	$(call horovod_wheel,$(VENV),PYTORCH,$(HOROVOD_TORCH_WHEELS),-std=gnu++20,$(if $(filter 1,$(HOROVOD_CUDA)),$(HOROVOD_TORCH_NCCL),$(HOROVOD_TORCH_CPU)))
 
 $(TF_HOROVOD_VENV)/.horovod: $(TF_HOROVOD_VENV)/.installed $(HOROVOD_SRC)
-	$(call horovod_wheel,$(TF_HOROVOD_VENV),TENSORFLOW,$(WHEELS)/horovod-tensorflow-$(TF_HOROVOD_VERSION),-std=c++17,)
+	$(call horovod_wheel,$(TF_HOROVOD_VENV),TENSORFLOW,$(WHEELS)/horovod-tensorflow-$(TF_HOROVOD_VERSION),-std=c++17,:)
 
 $(MXNET_VENV)/.horovod: $(MXNET_VENV)/.installed $(HOROVOD_SRC)
-	$(call horovod_wheel,$(MXNET_VENV),MXNET,$(WHEELS)/horovod-mxnet-1.9.1,-std=c++17,)
+	$(call horovod_wheel,$(MXNET_VENV),MXNET,$(WHEELS)/horovod-mxnet-1.9.1,-std=c++17,:)

@@ -16,8 +16,9 @@ def machine() -> dict:
 def harness_record(scratch: Path, **fields) -> dict:
     """Run one CPU cell through the harness; stop the benchmark if it is not ok."""
     watch = fields.pop("watch", None)
+    python = fields.pop("python", None)
     cell = make_cell(device_type="cpu", **fields)
-    record = run_cell(cell, scratch, **({"watch": watch} if watch else {}))
+    record = run_cell(cell, scratch, python=python, **({"watch": watch} if watch else {}))
     if record["status"] != "ok":
         raise SystemExit(f"{cell.framework} {cell.workload}: {record['status']}: "
                          f"{record['error']}")

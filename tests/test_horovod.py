@@ -87,6 +87,15 @@ def test_a_rank_out_of_memory_is_recorded_as_oom(out_dir):
     assert record["status"] == "oom" and "can't allocate memory" in record["error"]
 
 
+def test_channels_last_is_refused_with_its_reason(out_dir):
+    # NHWC convolution weights have non-contiguous gradients, which Horovod cannot allreduce.
+    result = run_horovod(out_dir, "--option", "channels_last=true")
+    assert result.returncode == 1
+    [record] = read_records(out_dir)
+    assert record["status"] == "error"
+    assert "Horovod allreduces contiguous tensors only" in record["error"]
+
+
 def test_timeline_option_writes_horovods_timeline_into_the_cell_folder(out_dir):
     result = run_horovod(out_dir, "--option", "timeline=true")
     assert result.returncode == 0, result.stderr

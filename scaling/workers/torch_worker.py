@@ -80,6 +80,11 @@ class HorovodParallel:
 
     def wrap(self, model, optimizer, device_ids):
         hvd = self.hvd
+        if not all(p.is_contiguous() for p in model.parameters()):
+            raise RuntimeError(
+                "Horovod allreduces contiguous tensors only, and this model's parameters (so "
+                "their gradients) are not contiguous: channels_last keeps convolution weights "
+                "in NHWC; run Horovod without channels_last")
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, hvd.DistributedOptimizer(optimizer,
