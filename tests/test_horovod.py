@@ -7,6 +7,7 @@ environment, TensorFlow 2.15.1 in ``.venv-tf215``, MXNet in ``.venv-mxnet``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 from conftest import (images_per_sec_from_reports, leftover_cell_processes, rank_reports,
                       read_records, scaling_cli, scaling_cli_ok, write_sweep)
 from scaling.placement import free_port_block
+from scaling.sweep import expand, interpreters, load_sweep
 
 NATIVE = {"torch": "torchrun", "tensorflow": "tf-mirrored", "mxnet": "mxnet-kvstore"}
 TINY = ("--workload", "cifar10", "--batch-size", 4, "--image-size", 16, "--steps", 5,
@@ -60,6 +62,17 @@ def test_each_framework_runs_on_one_and_two_ranks_with_the_same_model_as_its_own
     assert f"tensorflow {native_tf} / tf-mirrored" in report
 
 
+def test_the_comparison_config_pairs_each_framework_with_horovod_on_one_interpreter():
+    spec = load_sweep(Path(__file__).resolve().parents[1] / "configs" / "horovod-vs-native.yaml")
+    assert interpreters(spec) == {"tensorflow@tf215": ".venv-tf215/bin/python"}
+    cells = expand(dataclasses.replace(spec, devices=[1, 2]))
+    assert {(c.environment, c.launcher, c.data_parallel) for c in cells} == {
+        ("torch", "torchrun", "ddp"), ("torch", "horovod", "horovod"),
+        ("tensorflow@tf215", "tf-multiworker", "multiworker"),
+        ("tensorflow@tf215", "horovod", "horovod"),
+        ("mxnet", "mxnet-kvstore", "kvstore"), ("mxnet", "horovod", "horovod")}
+
+
 def test_a_rank_that_dies_is_recorded_as_crashed(out_dir):
     result = run_horovod(out_dir, env={**os.environ, "SCALING_FAULT": "crash@1:3"})
     assert result.returncode == 1
@@ -94,6 +107,18 @@ def test_channels_last_is_refused_with_its_reason(out_dir):
     [record] = read_records(out_dir)
     assert record["status"] == "error"
     assert "Horovod allreduces contiguous tensors only" in record["error"]
+
+
+def test_tensorflow_under_horovod_runs_mixed_precision_and_refuses_xla_with_its_reason(tmp_path):
+    mixed = run_horovod(tmp_path / "mixed", "--option", "mixed_precision=true",
+                        framework="tensorflow")
+    assert mixed.returncode == 0, mixed.stderr
+    [record] = read_records(tmp_path / "mixed")
+    assert record["versions"]["keras"].startswith("2.")  # Keras 2 scales the loss by hand
+    xla = run_horovod(tmp_path / "xla", "--option", "xla=true", framework="tensorflow")
+    assert xla.returncode == 1
+    [record] = read_records(tmp_path / "xla")
+    assert record["status"] == "error" and "xla does not run under Horovod" in record["error"]
 
 
 def test_timeline_option_writes_horovods_timeline_into_the_cell_folder(out_dir):

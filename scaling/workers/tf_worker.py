@@ -119,6 +119,10 @@ class TensorFlowSession:
                 "different precisions ... but mixed precision is disallowed'); use one of them")
         hvd = None
         if cell["data_parallel"] == "horovod":
+            if options.get("xla"):
+                raise RuntimeError(
+                    "xla does not run under Horovod: its allreduce inside the jit-compiled step "
+                    "has no XLA kernel in this build; run horovod without xla")
             import horovod.tensorflow as hvd
 
             hvd.init()
@@ -171,6 +175,10 @@ class TensorFlowSession:
 
         mode = cell["mode"]
 
+        # Keras 3 scales the loss with scale_loss and unscales in apply_gradients; Keras 2
+        # (TensorFlow 2.15, which Horovod builds against) scales and unscales by hand.
+        by_hand = options.get("mixed_precision") and not hasattr(optimizer, "scale_loss")
+
         def replica_step(x, y):
             if mode == "forward":
                 return tf.reduce_sum(tf.cast(model(x, training=False), tf.float32))
@@ -178,10 +186,15 @@ class TensorFlowSession:
                 logits = tf.cast(model(x, training=True), tf.float32)
                 loss = tf.nn.compute_average_loss(loss_fn(y, logits),
                                                   global_batch_size=global_batch)
-                scaled = optimizer.scale_loss(loss) if options.get("mixed_precision") else loss
+                scaled = loss
+                if options.get("mixed_precision"):
+                    scaled = (optimizer.get_scaled_loss(loss) if by_hand
+                              else optimizer.scale_loss(loss))
             if hvd:
                 tape = hvd.DistributedGradientTape(tape)
             grads = tape.gradient(scaled, model.trainable_variables)
+            if by_hand:
+                grads = optimizer.get_unscaled_gradients(grads)
             if mode == "forward_backward":
                 # Returned, so that the gradients are computed rather than pruned.
                 return tf.linalg.global_norm(grads)
