@@ -10,7 +10,8 @@ default), 2 CPU ranks of one thread:
 - plain: the harness's torch horovod cell vs ``plain_horovod.py`` under horovodrun.
   Target: harness / plain >= 0.97.
 
-Reports each side's median images/sec and the ratio of medians (first / second).
+Reports each side's median images/sec and the ratio of medians (first / second). With an
+existing ``--output``, the pairs run replace their earlier entries and the others are kept.
 
     python bench/horovod_scaling.py --runs 5 --output bench/results/horovod.json
 """
@@ -35,7 +36,7 @@ PAIRS = {
     "plain": (("torch", "horovod"), ("plain", "horovod")),
 }
 SHAPES = {"cifar10": {"image_size": 32, "batch_size": 32, "steps": 40},
-          "resnet50": {"image_size": 64, "batch_size": 8, "steps": 12}}
+          "resnet50": {"image_size": 64, "batch_size": 8, "steps": 24}}
 
 
 def plain_run(workload: str, shape: dict, warmup: int, devices: int, scratch: Path) -> float:
@@ -98,14 +99,19 @@ def main():
                 print(f"{workload} {pair}: {results[-1]['first']} {medians[first]:.1f} / "
                       f"{results[-1]['second']} {medians[second]:.1f} = "
                       f"{results[-1]['ratio_of_medians']:.3f}", flush=True)
+    if not args.output:
+        return
+    ran = {(entry["workload"], entry["pair"]) for entry in results}
+    earlier = json.loads(args.output.read_text())["results"] if args.output.exists() else []
     output = {
         "benchmark": "horovod vs each framework's own data parallelism; harness vs plain loop",
         "config": {"devices": args.devices, "threads_per_device": 1, "warmup": args.warmup,
                    "runs": args.runs, "device_type": "cpu"},
-        "machine": machine(), "results": results,
+        "machine": machine(),
+        "results": [entry for entry in earlier if (entry["workload"], entry["pair"]) not in ran]
+        + results,
     }
-    if args.output:
-        args.output.write_text(json.dumps(output, indent=2) + "\n")
+    args.output.write_text(json.dumps(output, indent=2) + "\n")
 
 
 if __name__ == "__main__":
