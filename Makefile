@@ -95,7 +95,7 @@ define horovod_wheel
 	  $(5) && \
 	  env HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_$(2)=1 \
 	    $(foreach other,$(filter-out $(2),PYTORCH TENSORFLOW MXNET),HOROVOD_WITHOUT_$(other)=1) \
-	    CXX=$(CURDIR)/$$src/cxx MAKEFLAGS=-j$(HOROVOD_JOBS) HOROVOD_CMAKE=$(1)/bin/cmake \
+	    CXX=$(CURDIR)/$$src/cxx MAKEFLAGS=-j$(HOROVOD_JOBS) HOROVOD_CMAKE=$(abspath $(1))/bin/cmake \
 	    CMAKE_POLICY_VERSION_MINIMUM=3.5 \
 	    $(1)/bin/python -m pip wheel --quiet --no-deps --no-build-isolation --no-cache-dir \
 	      -w $(3) ./$$src; \
