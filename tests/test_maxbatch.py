@@ -114,15 +114,18 @@ def test_tensorflow_found_batch_runs_and_the_next_size_up_runs_out_of_memory(tmp
     tf_cell = ("--framework", "tensorflow", "--launcher", "tf-mirrored", "--workload", "cifar10",
                "--image-size", 32, "--device-type", "cpu", "--memory-limit", "256MiB",
                "--timeout", 300)
-    result = scaling_cli("maxbatch", *tf_cell, "--multiple-of", 8, "--out", out_dir)
+    # Near the cap TensorFlow's BFC allocator fits or fails the same batch from run to run
+    # (batches 240 and 248 both do, about one run in eight against the majority), so single
+    # runs outside the search are repeatable only at a granularity wider than that band.
+    result = scaling_cli("maxbatch", *tf_cell, "--multiple-of", 32, "--out", out_dir)
     assert result.returncode == 0, result.stderr
     row = read_maxbatch(out_dir)[1]
     assert row["status"] == "ok"
     best = int(row["max_batch"])
-    assert int(row["min_oom_batch"]) == best + 8
+    assert int(row["min_oom_batch"]) == best + 32
 
     check = tmp_path / "check"
-    for batch, status in ((best, "ok"), (best + 8, "oom")):
+    for batch, status in ((best, "ok"), (best + 32, "oom")):
         ran = scaling_cli("run", *tf_cell, "--batch-size", batch, "--steps", 3, "--warmup", 1,
                           "--out", check)
         assert ran.returncode == (0 if status == "ok" else 1), ran.stderr

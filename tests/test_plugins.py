@@ -26,6 +26,7 @@ def spawn_launcher():
     class TorchSpawn(Launcher):
         name = "torch-spawn"
         frameworks = ("torch",)
+        data_parallel = "ddp"  # the torch workers build DistributedDataParallel
 
         def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
             return [python, "-m", "scaling.workers.spawn",
@@ -58,7 +59,7 @@ def test_a_launcher_registered_from_outside_runs_a_real_cell(spawn_launcher, out
 
 def test_a_launcher_refuses_frameworks_it_does_not_start(spawn_launcher):
     with pytest.raises(ScalingError, match="does not start tensorflow; tensorflow launchers: "
-                                           "tf-mirrored, tf-multiworker"):
+                                           "horovod, tf-mirrored, tf-multiworker"):
         make_cell(framework="tensorflow", launcher="torch-spawn", workload="cifar10",
                   devices=1, batch_size=4, device_type="cpu")
 
@@ -74,3 +75,13 @@ def test_a_framework_without_launcher_runs_under_its_default(out_dir):
                    "--out", out_dir)
     [record] = ResultStore(out_dir).records()
     assert (record["launcher"], record["status"]) == ("tf-mirrored", "ok")
+
+
+def test_a_launcher_must_name_its_data_parallel_mechanism():
+    class Nameless(Launcher):
+        name = "nameless"
+        frameworks = ("torch",)
+
+    with pytest.raises(ValueError, match="launcher 'nameless' names no data_parallel mechanism"):
+        register_launcher(Nameless)
+    assert "nameless" not in LAUNCHERS

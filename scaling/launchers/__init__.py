@@ -58,6 +58,8 @@ def register_launcher(cls):
     """Class decorator: register an instance of ``cls`` under ``cls.name``."""
     if cls.name in LAUNCHERS:
         raise ValueError(f"launcher {cls.name!r} is registered twice")
+    if not hasattr(cls, "data_parallel"):
+        raise ValueError(f"launcher {cls.name!r} names no data_parallel mechanism")
     LAUNCHERS[cls.name] = cls()
     return cls
 
