@@ -74,18 +74,22 @@ def framework_names() -> List[str]:
 
 
 @functools.lru_cache(maxsize=None)
+def probe(python: str, check: str, missing: str, hint: str) -> Optional[str]:
+    """Run the Python statement ``check`` under ``python``: None when it exits 0, otherwise
+    ``missing`` (or why ``python`` could not run), then ``hint``."""
+    try:
+        found = subprocess.run([python, "-c", check], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"cannot run {python} ({error}); {hint}"
+    return None if found.returncode == 0 else f"{missing}; {hint}"
+
+
 def missing_framework(name: str, python: str) -> Optional[str]:
     """Why ``python`` cannot run this framework's workers, or None when it can."""
     framework = get_framework(name)
-    probe = ("import importlib.util, sys; "
-             f"sys.exit(importlib.util.find_spec({framework.module!r}) is None)")
-    try:
-        found = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"cannot run {python} ({error}); {framework.install_hint}"
-    if found.returncode != 0:
-        return f"{framework.module} is not installed for {python}; {framework.install_hint}"
-    return None
+    return probe(python, "import importlib.util, sys; "
+                 f"sys.exit(importlib.util.find_spec({framework.module!r}) is None)",
+                 f"{framework.module} is not installed for {python}", framework.install_hint)
 
 
 from scaling.frameworks import mxnet, pytorch, tensorflow  # noqa: E402,F401  (registration)

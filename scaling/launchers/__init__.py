@@ -112,4 +112,5 @@ def check_options(launcher: Launcher, framework: str, options: Dict) -> None:
             raise ScalingError(f"option {key} takes a {allowed.__name__}, got {value!r}")
 
 
-from scaling.launchers import horovod, mxnet, tensorflow, torchrun  # noqa: E402,F401  (registration)
+# Registration:
+from scaling.launchers import horovod, mxnet, tensorflow, torchrun  # noqa: E402,F401

@@ -13,11 +13,10 @@ reads its data-parallel mechanism from the cell (``data_parallel: horovod``).
 
 from __future__ import annotations
 
-import functools
-import subprocess
 from typing import Dict, List, Optional
 
 from scaling.errors import ScalingError
+from scaling.frameworks import probe
 from scaling.launchers import Launcher, register_launcher, thread_env, worker_argv
 
 BUILD_HINT = "build it with: make horovod-env"
@@ -27,19 +26,13 @@ _LIBRARY = {"torch": "torch/mpi_lib_v2*", "tensorflow": "tensorflow/mpi_lib*",
 """The compiled part of Horovod's binding for each framework, inside the horovod package."""
 
 
-@functools.lru_cache(maxsize=None)
 def missing_build(framework: str, python: str) -> Optional[str]:
     """Why ``python`` has no Horovod built for ``framework``, or None when it has one."""
-    probe = ("import importlib.util, pathlib, sys; spec = importlib.util.find_spec('horovod'); "
-             "sys.exit(spec is None or not any(pathlib.Path("
-             f"spec.submodule_search_locations[0]).glob({_LIBRARY[framework]!r})))")
-    try:
-        found = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"cannot run {python} ({error}); {BUILD_HINT}"
-    if found.returncode != 0:
-        return f"Horovod is not built for {framework} under {python}; {BUILD_HINT}"
-    return None
+    return probe(python, "import importlib.util, pathlib, sys; "
+                 "spec = importlib.util.find_spec('horovod'); "
+                 "sys.exit(spec is None or not any(pathlib.Path("
+                 f"spec.submodule_search_locations[0]).glob({_LIBRARY[framework]!r})))",
+                 f"Horovod is not built for {framework} under {python}", BUILD_HINT)
 
 
 @register_launcher

@@ -74,15 +74,13 @@ def interface_of(host: str) -> str:
     raise SystemExit(f"no network interface of this machine reaches {host} ({address})")
 
 
-def horovod_env(args, local_rank: int) -> Dict[str, str]:
-    """What horovodrun's gloo launcher gives a rank."""
-    hosts = args.hosts.split(",")
+def horovod_node_env(args, hosts: List[str]) -> Dict[str, str]:
+    """What horovodrun's gloo launcher gives every rank of this node (each rank adds its own
+    HOROVOD_RANK and HOROVOD_LOCAL_RANK)."""
     host, port = args.rendezvous.rsplit(":", 1)
     env = {
         "HOROVOD_HOSTNAME": hosts[args.node_rank],
-        "HOROVOD_RANK": str(args.first_rank + local_rank),
-        "HOROVOD_SIZE": str(len(hosts) * args.processes),
-        "HOROVOD_LOCAL_RANK": str(local_rank), "HOROVOD_LOCAL_SIZE": str(args.processes),
+        "HOROVOD_SIZE": str(len(hosts) * args.processes), "HOROVOD_LOCAL_SIZE": str(args.processes),
         "HOROVOD_CROSS_RANK": str(args.node_rank), "HOROVOD_CROSS_SIZE": str(len(hosts)),
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": host, "HOROVOD_GLOO_RENDEZVOUS_PORT": port,
         "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
@@ -107,17 +105,19 @@ def main() -> None:
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if args.horovod and args.node_rank == 0:
-        serve_horovod_rendezvous(args.rendezvous, args.hosts.split(","), args.processes)
+    if args.horovod:
+        hosts = args.hosts.split(",")
+        if args.node_rank == 0:
+            serve_horovod_rendezvous(args.rendezvous, hosts, args.processes)
+        node_env, prefix = horovod_node_env(args, hosts), "HOROVOD_"
+    else:
+        workers = args.workers.split(",")
+        node_env, prefix = {"WORLD_SIZE": str(len(workers))}, ""
     children = []
     for local_rank in range(args.processes):
         rank = args.first_rank + local_rank
-        if args.horovod:
-            env = {**os.environ, **horovod_env(args, local_rank)}
-        else:
-            workers = args.workers.split(",")
-            env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(local_rank),
-                   "WORLD_SIZE": str(len(workers))}
+        env = {**os.environ, **node_env, f"{prefix}RANK": str(rank),
+               f"{prefix}LOCAL_RANK": str(local_rank)}
         if args.tf_config:
             env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                            "task": {"type": "worker", "index": rank}})

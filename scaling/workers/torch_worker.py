@@ -40,10 +40,10 @@ class _CudaEventTimer:
 class DdpParallel:
     """DistributedDataParallel over a torch.distributed process group."""
 
-    def __init__(self, torch, is_gpu: bool):
+    def __init__(self, is_gpu: bool):
         import torch.distributed as dist
 
-        self.torch, self.dist = torch, dist
+        self.dist = dist
         self.versions = {}
         dist.init_process_group(backend="nccl" if is_gpu else "gloo")
 
@@ -70,7 +70,8 @@ class DdpParallel:
 class HorovodParallel:
     """Horovod: the optimizer allreduces gradients as backward produces them."""
 
-    def __init__(self, torch, is_gpu: bool):
+    def __init__(self, is_gpu: bool):
+        """NCCL on GPU where the build has it, gloo otherwise: Horovod picks at build time."""
         import horovod
         import horovod.torch as hvd
 
@@ -139,7 +140,7 @@ class TorchSession:
                       world_size=world_size,
                       amp_dtype=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype
                       else None)
-        self.parallel = PARALLEL[cell["data_parallel"]](torch, self.is_gpu)
+        self.parallel = PARALLEL[cell["data_parallel"]](self.is_gpu)
         report["versions"].update(self.parallel.versions)
         workload = get_workload(cell["workload"])
         model = workload.builder("torch")(cell["image_size"], workload.classes).to(
