@@ -51,15 +51,16 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 # Horovod 0.28.1 (its last release, source only) with the gloo controller and no MPI, built
 # once per framework against the interpreter that runs that framework's workers: torch in
 # .venv, TensorFlow 2.15.1 in its own .venv-tf215 (Horovod does not build against 2.21), MXNet
-# in .venv-mxnet. Built wheels are kept in .wheels/, one folder per framework version, so later
-# runs install them instead of compiling again (the first build takes about 15 minutes on 2
+# in .venv-mxnet. Built wheels are kept in a per-user cache outside the checkout
+# ($XDG_CACHE_HOME/scaling/wheels, as pip keeps its own), one folder per framework version, so
+# later runs and other clones install them instead of compiling again (the first build takes about 15 minutes on 2
 # cores). Where a GPU is visible the torch build adds NCCL operations; HOROVOD_CUDA=0 or 1
 # overrides that.
 HOROVOD_VERSION := 0.28.1
 TF_HOROVOD_VENV ?= .venv-tf215
 TF_HOROVOD_VERSION := 2.15.1
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' constraints.txt)
-WHEELS ?= .wheels
+WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/scaling/wheels
 HOROVOD_SRC := build/horovod/horovod-$(HOROVOD_VERSION).tar.gz
 HOROVOD_CUDA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 HOROVOD_JOBS ?= $(shell nproc)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from scaling import hardware
 from scaling.cell import make_cell
-from scaling.execute import run_cell
+from scaling.execute.run import run_cell
 
 
 def machine() -> dict:

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from scaling import hardware
-from scaling.maxbatch import TrialRunner, find_max_batches, trial_factory
+from scaling.maxbatch.search import TrialRunner, find_max_batches, trial_factory
 from scaling.units import parse_bytes
 
 CASES = [

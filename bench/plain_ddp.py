@@ -23,7 +23,7 @@ def main():
     torch.set_num_threads(int(threads))
     dist.init_process_group("gloo")
     spec = get_workload(workload)
-    model = DistributedDataParallel(spec.builder("torch")(size, spec.classes))
+    model = DistributedDataParallel(spec.builder("workloads.torch_models")(size, spec.classes))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     images = torch.randn(batch, 3, size, size)

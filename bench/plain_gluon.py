@@ -20,7 +20,7 @@ def main():
     steps, warmup = int(steps), int(warmup)
     spec = get_workload(workload)
     contexts = [mx.cpu(i) for i in range(devices)]
-    net = spec.builder("mxnet")(size, spec.classes)
+    net = spec.builder("workloads.gluon_models")(size, spec.classes)
     net.initialize(mx.init.Xavier(), ctx=contexts)
     net.hybridize(static_alloc=True, static_shape=True)
     trainer = gluon.Trainer(net.collect_params(), "sgd",

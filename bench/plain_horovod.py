@@ -22,7 +22,7 @@ def main():
     torch.set_num_threads(int(threads))
     hvd.init()
     spec = get_workload(workload)
-    model = spec.builder("torch")(size, spec.classes)
+    model = spec.builder("workloads.torch_models")(size, spec.classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())

@@ -32,7 +32,7 @@ def main():
 
     spec = get_workload(workload)
     with strategy.scope():
-        model = spec.builder("tensorflow")(size, spec.classes)
+        model = spec.builder("workloads.keras_models")(size, spec.classes)
         optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     images, labels = strategy.experimental_distribute_values_from_function(lambda ctx: (

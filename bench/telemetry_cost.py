@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 from benchlib import harness_record, machine
-from scaling.monitor import SAMPLE_S, WatchSettings
+
+from scaling.execute.monitor import SAMPLE_S, WatchSettings
 
 
 def main():

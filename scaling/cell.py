@@ -13,7 +13,7 @@ from scaling.errors import ScalingError
 from scaling.frameworks import get_framework
 from scaling.launchers import check_options, get_launcher, launchers_of
 from scaling.units import format_bytes
-from workloads import UnknownWorkload, get_workload
+from workloads import get_workload
 
 DEVICE_TYPES = ("auto", "gpu", "cpu")
 MODES = ("train", "forward", "forward_backward")
@@ -99,6 +99,11 @@ class Cell:
     def with_changes(self, **changes) -> "Cell":
         return dataclasses.replace(self, **changes)
 
+def describe(fields: Dict) -> str:
+    """A cell or record in a few words: ``torch/torchrun cifar10 x2 batch 16``."""
+    return (f"{fields['framework']}/{fields['launcher']} {fields['workload']} "
+            f"x{fields['devices'] * fields['nodes']} batch {fields['batch_size']}")
+
 
 def resolve_device_type(device_type: str) -> str:
     if device_type not in DEVICE_TYPES:
@@ -142,10 +147,7 @@ def make_cell(
 ) -> Cell:
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
     build a cell. ``launcher=None`` picks the framework's default launcher."""
-    try:
-        spec = get_workload(workload)
-    except UnknownWorkload as error:
-        raise ScalingError(str(error)) from None
+    spec = get_workload(workload)
     framework_spec = get_framework(framework)
     launcher = launcher or framework_spec.default_launcher
     launcher_spec = get_launcher(launcher)
@@ -155,8 +157,6 @@ def make_cell(
             f"{', '.join(launchers_of(framework))}"
         )
     check_options(launcher_spec, framework, dict(options or {}))
-    if framework not in spec.builders:
-        raise ScalingError(f"workload {workload!r} has no {framework} model")
     for name, value in (("devices", devices), ("batch size", batch_size), ("steps", steps),
                         ("nodes", nodes)):
         _positive(name, value)

@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from scaling.errors import ScalingError
+from scaling.errors import InfrastructureError, ScalingError
 
 LOCALHOST = "127.0.0.1"
 _ENDPOINT = re.compile(r"(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})")
@@ -78,7 +78,7 @@ def free_port_block(count: int, host: str = LOCALHOST, tries: int = 50) -> int:
         finally:
             for sock in sockets:
                 sock.close()
-    raise ScalingError(f"found no {count} free consecutive ports on {host}")
+    raise InfrastructureError(f"found no {count} free consecutive ports on {host}")
 
 
 def local_placement(ranks_per_host: int, nodes: int = 1, node_rank: int = 0,

@@ -16,7 +16,6 @@ import yaml
 
 from scaling import hardware
 from scaling.cell import Cell, make_cell, resolve_device_type
-from scaling.cost import check_prices
 from scaling.errors import ScalingError
 from scaling.frameworks import framework_names
 from scaling.launchers import LAUNCHERS, launchers_of
@@ -112,7 +111,7 @@ class SweepConfig:
     slurm: Optional[SlurmSection] = None
     """Resources of the Slurm jobs under ``--backend slurm``."""
     prices: Dict[str, float] = field(default_factory=dict)
-    """US dollars per hour by device type, device name or ``instance`` (see scaling.cost)."""
+    """US dollars per hour by device type, device name or ``instance`` (see scaling.report.cost)."""
 
     def device_types(self) -> List[str]:
         """The resolved device types: one, or a list (an axis: ``[cpu, gpu]``)."""
@@ -134,6 +133,16 @@ class SweepConfig:
 
     def needs_max_batch(self) -> bool:
         return any(isinstance(batch, str) for batch in self.batch_sizes)
+
+def check_prices(prices, where: str) -> Dict[str, float]:
+    if not isinstance(prices, dict):
+        raise ScalingError(f"{where}: prices must map a device type, device name or instance "
+                           "to US dollars per hour")
+    for key, value in prices.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ScalingError(f"{where}: price of {key!r} must be a number of US dollars per "
+                               f"hour, got {value!r}")
+    return {str(key): float(value) for key, value in prices.items()}
 
 
 def _check_keys(data: Dict, cls, where: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from scaling.processes import TOKEN_ENV
+from scaling.execute.processes import TOKEN_ENV
 
 
 def scaling_cli(*args, env=None, timeout=900) -> subprocess.CompletedProcess:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaling.batchsearch import STRATEGIES, Bracket
+from scaling.maxbatch.bracket import STRATEGIES, Bracket
 
 
 def linear(batch):

@@ -5,10 +5,9 @@ from __future__ import annotations
 import csv
 
 import pytest
+from conftest import recorded_cell, scaling_cli, scaling_cli_ok, write_records, write_sweep
 
-from conftest import recorded_cell, scaling_cli, scaling_cli_ok, write_records, \
-    write_sweep
-from scaling.compare import Figure, compare, parse_threshold, verdict
+from scaling.report.compare import Figure, compare, parse_threshold, verdict
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 import yaml
+from conftest import (read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_records,
+                      write_sweep)
 
-from conftest import read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_records, \
-    write_sweep
-from scaling.cost import parse_prices, with_costs
 from scaling.errors import ScalingError
-from scaling.report import series_key, with_scaling
+from scaling.report.cost import parse_prices, with_costs
+from scaling.report.tables import series_key, with_scaling
 from scaling.sweep import expand, parse_sweep
 
 

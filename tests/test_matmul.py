@@ -6,10 +6,10 @@ import csv
 import os
 
 import pytest
-
 from conftest import read_records, scaling_cli, scaling_cli_ok
-from scaling.figures import matmul_figures
-from scaling.matmul import MATMUL_COLUMNS, crossover, parse_sizes
+
+from scaling.execute.matmul import MATMUL_COLUMNS, crossover, parse_sizes
+from scaling.report.figures import matmul_figures
 from scaling.workers.matmul_worker import check_sum, closed_form
 
 

@@ -11,9 +11,9 @@ import time
 from collections import Counter
 
 import pytest
-
 from conftest import read_records, scaling_cli, write_sweep
-from scaling.store import ResultStore
+
+from scaling.execute.store import ResultStore
 
 CAP = "1.1GiB"
 SEARCH = ("maxbatch", "--workload", "cifar10", "--image-size", 32, "--device-type", "cpu",

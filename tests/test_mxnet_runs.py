@@ -61,7 +61,7 @@ import json
 from workloads import WORKLOADS
 counts = {}
 for w in WORKLOADS.values():
-    net = w.builder("mxnet")(w.input_size, w.classes)
+    net = w.builder("workloads.gluon_models")(w.input_size, w.classes)
     net.initialize()
     import mxnet as mx
     net(mx.nd.zeros((1, w.channels, w.input_size, w.input_size)))

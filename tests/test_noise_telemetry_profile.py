@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok
-from scaling.monitor import SAMPLE_S, TELEMETRY_FILE, CellMonitor, Nvml, summarize_watch
+
+from scaling.execute.monitor import SAMPLE_S, TELEMETRY_FILE, CellMonitor, Nvml, summarize_watch
 from scaling.workers.breakdown import COMMUNICATION, step_breakdown
 
 CELL = ("run", "--workload", "cifar10", "--image-size", "16", "--batch-size", "4",

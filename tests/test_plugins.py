@@ -10,14 +10,13 @@ from __future__ import annotations
 from typing import Dict, List
 
 import pytest
-
 from conftest import images_per_sec_from_reports, rank_reports, scaling_cli_ok
+
 from scaling.cell import make_cell
 from scaling.errors import ScalingError
-from scaling.execute import run_and_record
-from scaling.launchers import (LAUNCHERS, Launcher, register_launcher, thread_env,
-                               worker_argv)
-from scaling.store import ResultStore
+from scaling.execute.run import run_and_record
+from scaling.execute.store import ResultStore
+from scaling.launchers import LAUNCHERS, Launcher, register_launcher, thread_env, worker_argv
 
 
 @pytest.fixture(scope="module")

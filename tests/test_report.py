@@ -6,10 +6,10 @@ import csv
 import json
 
 import pytest
-
 from conftest import recorded_cell as record
 from conftest import scaling_cli
-from scaling.report import series_key, speedup_vs_linear, with_scaling
+
+from scaling.report.tables import series_key, speedup_vs_linear, with_scaling
 from scaling.schema import CSV_COLUMNS
 
 

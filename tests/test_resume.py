@@ -9,7 +9,8 @@ import time
 from collections import Counter
 
 from conftest import processes_mentioning, read_records, scaling_cli, write_sweep
-from scaling.store import ResultStore
+
+from scaling.execute.store import ResultStore
 from scaling.sweep import expand, load_sweep
 
 

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import read_records, write_sweep
-from scaling.schema import RECORD_FIELDS
-from scaling.slurm_queue import task_indices
-from scaling.slurm_submit import render_script, sbatch_argv
-from scaling.sweep import SlurmSection
 from slurmcluster import SlurmCluster, missing_binaries
+
+from scaling.schema import RECORD_FIELDS
+from scaling.slurm.queue import task_indices
+from scaling.slurm.submit import render_script, sbatch_argv
+from scaling.sweep import SlurmSection
 
 GOLDEN = Path(__file__).parent / "golden"
 TEMPLATE = (Path(__file__).resolve().parents[1] / "slurm" / "array.sbatch").read_text()

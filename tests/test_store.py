@@ -6,7 +6,8 @@ import json
 import multiprocessing
 
 from conftest import read_records, scaling_cli, scaling_cli_ok, write_sweep
-from scaling.store import ResultStore
+
+from scaling.execute.store import ResultStore
 
 WRITERS, RECORDS_EACH = 6, 40
 

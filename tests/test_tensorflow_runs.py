@@ -60,10 +60,11 @@ def trainable_parameters(framework: str) -> dict:
     (PyTorch and TensorFlow do not share one)."""
     script = f"""
 import json
+from scaling.frameworks import get_framework
 from workloads import WORKLOADS
 counts = {{}}
 for w in WORKLOADS.values():
-    model = w.builder({framework!r})(w.input_size, w.classes)
+    model = w.builder(get_framework({framework!r}).models)(w.input_size, w.classes)
     if {framework!r} == "torch":
         counts[w.name] = sum(p.numel() for p in model.parameters() if p.requires_grad)
     else:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import csv
 
 import pytest
+from conftest import (rank_reports, read_records, recorded_cell, scaling_cli, scaling_cli_ok,
+                      write_records)
 
-from conftest import rank_reports, read_records, recorded_cell, scaling_cli, scaling_cli_ok, \
-    write_records
-from scaling.report import with_scaling
+from scaling.report.tables import with_scaling
 from scaling.uncertainty import throughput_interval
 from scaling.workers.loop import chunk_length
 

@@ -1,7 +1,8 @@
 """The workload registry: one entry per model, with a builder per framework.
 
-Each framework's builders live in one module (``MODULES``), as functions named after the
-workloads, so that this registry can be imported without importing any framework. Auxiliary classifier
+Each framework's builders live in one module, named by the framework's registry entry
+(``Framework.models``), as functions named after the workloads, so that this registry can be
+imported without importing any framework, and names no framework. Auxiliary classifier
 heads (GoogLeNet, Inception-v3) are off in every framework: the published
 throughput tables measure the main network only.
 """
@@ -10,19 +11,14 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable, Dict
+from typing import Callable
+
+from scaling.errors import ScalingError
+from scaling.registry import Registry
 
 
-class UnknownWorkload(ValueError):
-    """A workload or framework name that the registry does not know."""
-
-
-MODULES = {
-    "torch": "workloads.torch_models",
-    "tensorflow": "workloads.keras_models",
-    "mxnet": "workloads.gluon_models",
-}
-"""Each framework's module of workload builders, one function per workload name."""
+class UnknownWorkload(ScalingError, ValueError):
+    """A workload name that the registry does not know."""
 
 
 @dataclass(frozen=True)
@@ -42,37 +38,21 @@ class Workload:
     optimizer: str = "sgd"
     """``sgd`` (learning rate 0.01, momentum 0.9) or ``adam`` (learning rate 0.001)."""
 
-    @property
-    def builders(self) -> Dict[str, str]:
-        """Framework name -> ``"module:function"``; the function takes (image_size, classes)."""
-        return {framework: f"{module}:{self.name}" for framework, module in MODULES.items()}
-
-    def builder(self, framework: str) -> Callable:
-        if framework not in MODULES:
-            raise UnknownWorkload(
-                f"workload {self.name!r} has no {framework!r} model; "
-                f"it has: {', '.join(sorted(MODULES))}"
-            )
-        return getattr(importlib.import_module(MODULES[framework]), self.name)
+    def builder(self, models: str) -> Callable:
+        """The function of the framework's model module ``models`` (its registry entry names
+        it, such as ``workloads.torch_models``) that builds this workload from (image_size,
+        classes)."""
+        return getattr(importlib.import_module(models), self.name)
 
 
-WORKLOADS: Dict[str, Workload] = {}
+WORKLOADS: Registry[Workload] = Registry("workload", UnknownWorkload)
 
 
 def register(workload: Workload) -> Workload:
-    if workload.name in WORKLOADS:
-        raise ValueError(f"workload {workload.name!r} is registered twice")
-    WORKLOADS[workload.name] = workload
-    return workload
+    return WORKLOADS.register(workload.name, workload)
 
 
-def get_workload(name: str) -> Workload:
-    try:
-        return WORKLOADS[name]
-    except KeyError:
-        raise UnknownWorkload(
-            f"unknown workload {name!r}; valid workloads: {', '.join(sorted(WORKLOADS))}"
-        ) from None
+get_workload = WORKLOADS.get
 
 
 register(Workload(

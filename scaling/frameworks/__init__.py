@@ -13,13 +13,10 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, List, Optional
 
-from scaling.errors import ScalingError
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
+from scaling import PROJECT_ROOT
+from scaling.registry import Registry
 
 @dataclass(frozen=True)
 class Framework:
@@ -29,6 +26,9 @@ class Framework:
     install_hint: str
     worker: str
     """The worker module: ``python -m WORKER CELL_DIR`` runs one process of a cell."""
+    models: str
+    """The module of this framework's workload builders, one function per workload name; the
+    worker finds it in its cell spec (``models``)."""
     default_launcher: str
     options: Dict[str, object] = field(default_factory=dict)
     """Options every launcher of this framework accepts: a type, or a tuple of the valid values."""
@@ -50,27 +50,15 @@ class Framework:
         return sys.executable
 
 
-FRAMEWORKS: Dict[str, Framework] = {}
+FRAMEWORKS: Registry[Framework] = Registry("framework")
 
 
 def register_framework(framework: Framework) -> Framework:
-    if framework.name in FRAMEWORKS:
-        raise ValueError(f"framework {framework.name!r} is registered twice")
-    FRAMEWORKS[framework.name] = framework
-    return framework
+    return FRAMEWORKS.register(framework.name, framework)
 
 
-def get_framework(name: str) -> Framework:
-    try:
-        return FRAMEWORKS[name]
-    except KeyError:
-        raise ScalingError(
-            f"unknown framework {name!r}; valid frameworks: {', '.join(framework_names())}"
-        ) from None
-
-
-def framework_names() -> List[str]:
-    return sorted(FRAMEWORKS)
+get_framework = FRAMEWORKS.get
+framework_names = FRAMEWORKS.names
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,6 +11,7 @@ register_framework(Framework(
     install_hint=("create its environment with: make mxnet-env (python3 -m venv .venv-mxnet "
                   "&& .venv-mxnet/bin/pip install mxnet==1.9.1 'numpy<1.24')"),
     worker="scaling.workers.mxnet_worker",
+    models="workloads.gluon_models",
     default_launcher="mxnet-kvstore",
     options={"amp": bool},
     # One engine worker thread per CPU context, each op using the device's threads.

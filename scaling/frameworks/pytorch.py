@@ -7,6 +7,7 @@ register_framework(Framework(
     module="torch",
     install_hint="install it with: pip install -e '.[torch]'",
     worker="scaling.workers.torch_worker",
+    models="workloads.torch_models",
     default_launcher="torchrun",
     options={
         # true: bf16 autocast on CPU, fp16 autocast with a gradient scaler on GPU.

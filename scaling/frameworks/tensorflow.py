@@ -7,6 +7,7 @@ register_framework(Framework(
     module="tensorflow",
     install_hint="install it with: pip install -e '.[tensorflow]'",
     worker="scaling.workers.tf_worker",
+    models="workloads.keras_models",
     default_launcher="tf-mirrored",
     options={"xla": bool, "mixed_precision": bool},
     env={"TF_CPP_MIN_LOG_LEVEL": "1", "KERAS_BACKEND": "tensorflow"},

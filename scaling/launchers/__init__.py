@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from scaling.errors import ScalingError
-from scaling.frameworks import PROJECT_ROOT, get_framework
+from scaling import PROJECT_ROOT
+from scaling.frameworks import get_framework
+from scaling.registry import Registry
 
 
 class Launcher:
@@ -51,26 +53,18 @@ class Launcher:
         return thread_env(cell.threads_per_device)
 
 
-LAUNCHERS: Dict[str, Launcher] = {}
+LAUNCHERS: Registry[Launcher] = Registry("launcher")
 
 
 def register_launcher(cls):
     """Class decorator: register an instance of ``cls`` under ``cls.name``."""
-    if cls.name in LAUNCHERS:
-        raise ValueError(f"launcher {cls.name!r} is registered twice")
     if not hasattr(cls, "data_parallel"):
         raise ValueError(f"launcher {cls.name!r} names no data_parallel mechanism")
-    LAUNCHERS[cls.name] = cls()
+    LAUNCHERS.register(cls.name, cls())
     return cls
 
 
-def get_launcher(name: str) -> Launcher:
-    try:
-        return LAUNCHERS[name]
-    except KeyError:
-        raise ScalingError(
-            f"unknown launcher {name!r}; valid launchers: {', '.join(sorted(LAUNCHERS))}"
-        ) from None
+get_launcher = LAUNCHERS.get
 
 
 def launchers_of(framework: str) -> List[str]:

@@ -62,7 +62,7 @@ class MxnetSession:
         size, batch = cell["image_size"], cell["batch_size"]
         self.images_per_step = batch * len(self.contexts)
 
-        self.net = workload.builder("mxnet")(size, workload.classes)
+        self.net = workload.builder(cell["models"])(size, workload.classes)
         self.net.initialize(mx.init.Xavier(), ctx=self.contexts)
         self.net.hybridize(static_alloc=True, static_shape=True)
         optimizer_params = ({"learning_rate": 0.001} if workload.optimizer == "adam"

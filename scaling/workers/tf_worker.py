@@ -92,21 +92,13 @@ def memory_report(tf, cell: dict, devices) -> dict:
             "memory_capacity_bytes": min(totals) if totals else None}
 
 
-def local_device_count(cell: dict) -> int:
-    """Devices of one process: all of the node's, except one per process for Horovod, and for
-    MultiWorkerMirroredStrategy on CPU (one worker per CPU device)."""
-    if cell["data_parallel"] == "horovod":
-        return 1
-    multiworker = cell["data_parallel"] == "multiworker"
-    return 1 if multiworker and cell["device_type"] == "cpu" else cell["devices"]
-
 
 class TensorFlowSession:
     """A Keras model under a tf.distribute strategy, with one synthetic batch per replica."""
 
     def __init__(self, cell: dict, report: dict, rank: int = 0):
         self.cell, self.rank = cell, rank
-        local_devices = local_device_count(cell)
+        local_devices = cell["local_devices"]
         cap_cpu_allocator(cell, local_devices)
         import tensorflow as tf
 
@@ -140,7 +132,7 @@ class TensorFlowSession:
         size, batch = cell["image_size"], cell["batch_size"]
         global_batch = batch * strategy.num_replicas_in_sync
         with strategy.scope():
-            model = workload.builder("tensorflow")(size, workload.classes)
+            model = workload.builder(cell["models"])(size, workload.classes)
             optimizer = (keras.optimizers.Adam(learning_rate=0.001)
                          if workload.optimizer == "adam"
                          else keras.optimizers.SGD(learning_rate=0.01, momentum=0.9))

@@ -143,7 +143,7 @@ class TorchSession:
         self.parallel = PARALLEL[cell["data_parallel"]](self.is_gpu)
         report["versions"].update(self.parallel.versions)
         workload = get_workload(cell["workload"])
-        model = workload.builder("torch")(cell["image_size"], workload.classes).to(
+        model = workload.builder(cell["models"])(cell["image_size"], workload.classes).to(
             self.device, memory_format=memory_format)
         report["params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
         optimizer = (torch.optim.Adam(model.parameters(), lr=0.001)

@@ -7,7 +7,7 @@ import sys
 import click
 from rich.table import Table
 
-from scaling.output import console
+from scaling.cli.output import console
 
 
 @click.command()
@@ -19,7 +19,8 @@ def status(out_dir, wait):
     (timeout, cancelled, node failure, out of memory, vanished) is recorded here with the reason.
 
     Exits 0."""
-    from scaling import slurm_backend, slurm_queue
+    from scaling.slurm import backend as slurm_backend
+    from scaling.slurm import queue as slurm_queue
 
     slurm_backend.require_slurm()
     states = slurm_queue.poll(out_dir)
@@ -41,7 +42,8 @@ def cancel(out_dir):
     """Cancel the Slurm jobs of OUT_DIR and record their unfinished cells as cancelled.
 
     A later `sweep --resume` skips them, as it skips every recorded cell. Exits 0."""
-    from scaling import slurm_backend, slurm_queue
+    from scaling.slurm import backend as slurm_backend
+    from scaling.slurm import queue as slurm_queue
 
     slurm_backend.require_slurm()
     states = slurm_queue.cancel(out_dir)
@@ -55,7 +57,7 @@ def cancel(out_dir):
 @click.argument("index", type=int)
 def slurm_task(out_dir, group_file, index):
     """Run cell INDEX of GROUP_FILE on this node of a Slurm allocation (batch scripts call it)."""
-    from scaling.slurm_task import run_task
+    from scaling.slurm.task import run_task
 
     record = run_task(out_dir, group_file, index)
     console.print(f"{record['cell']}: {record.get('status')}")

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from scaling.errors import ScalingError
-from scaling.provenance import note_command
+from scaling.report.provenance import note_command
 
 # Piped output (a log, a notebook cell) is not cut to 80 columns, so wide tables stay whole.
 console = Console(width=None if sys.stdout.isatty() else 200)

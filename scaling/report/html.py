@@ -17,13 +17,13 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from scaling import __version__
-from scaling.figures import (cost_figure, frameworks_figure, matmul_figures, scaling_figure,
-                             svg, workloads_figure)
-from scaling.matmul import crossover, matmul_records
-from scaling.maxbatch import MAXBATCH_FILE, read_maxbatch_csv
-from scaling.provenance import provenance
-from scaling.report import (cell_summary, curve_label, family_key, family_label, figure_text,
-                            scaling_text, series_key, workload_groups)
+from scaling.execute.matmul import crossover, matmul_records
+from scaling.maxbatch.search import MAXBATCH_FILE, read_maxbatch_csv
+from scaling.report.figures import (cost_figure, frameworks_figure, matmul_figures, scaling_figure,
+                                    svg, workloads_figure)
+from scaling.report.provenance import provenance
+from scaling.report.tables import (cell_summary, curve_label, family_key, family_label, figure_text,
+                                   scaling_text, series_key, workload_groups)
 from scaling.schema import STATUSES
 from scaling.units import format_bytes
 
@@ -102,7 +102,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
     out_dir = Path(out_dir)
     sections = [_workload_section(key, group) for key, group in workload_groups(rows).items()]
     statuses = sorted({row["status"] for row in rows})
-    environment = Environment(loader=PackageLoader("scaling", "templates"),
+    environment = Environment(loader=PackageLoader("scaling.report", "templates"),
                               autoescape=select_autoescape(["html"]))
     environment.globals.update(scaling_text=scaling_text, figure_text=figure_text,
                                format_bytes=format_bytes, curve_label=curve_label,

@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-from scaling.report import curve_label, series_key, workload_groups  # noqa: E402
+from scaling.report.tables import curve_label, series_key, workload_groups  # noqa: E402
 
 FRAMEWORK_COLOURS = {"torch": "#d62728", "tensorflow": "#ff7f0e", "mxnet": "#1f77b4"}
 """One colour per framework, the same in every figure."""

@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from scaling.cell import Cell
-from scaling.execute import make_record
-from scaling.runner import describe
-from scaling.slurm_submit import read_ledger
-from scaling.store import ResultStore
+from scaling.cell import Cell, describe
+from scaling.execute.run import make_record
+from scaling.execute.store import ResultStore
+from scaling.slurm.submit import read_ledger
 
 ACTIVE = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending",
           "REQUEUE_HOLD": "pending", "REQUEUE_FED": "pending", "RESIZING": "pending",

@@ -15,9 +15,20 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
 
+from scaling import PROJECT_ROOT
 from scaling.workers.common import die_with_parent
 
 TOKEN_ENV = "SCALING_CELL_TOKEN"
+
+
+def worker_env(*overrides: Dict[str, str]) -> Dict[str, str]:
+    """This process's environment with the harness's packages on ``PYTHONPATH`` (workers run
+    under other interpreters too), then ``overrides`` in order."""
+    pythonpath = os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    for override in overrides:
+        env.update(override)
+    return env
 
 
 def cell_processes(token: str) -> List[psutil.Process]:

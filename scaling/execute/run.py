@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import shutil
 import socket
 import time
@@ -18,18 +17,18 @@ from typing import Dict, Optional
 
 import scaling
 from scaling import hardware
-from scaling.aggregate import summarize
 from scaling.cell import Cell
+from scaling.execute.aggregate import summarize
+from scaling.execute.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings, gpu_indices,
+                                     other_cores, summarize_watch, wait_for_quiet,
+                                     window_on_this_host)
+from scaling.execute.processes import run_process_tree, worker_env
+from scaling.execute.store import ResultStore
 from scaling.frameworks import get_framework, missing_framework
 from scaling.launchers import default_python, get_launcher
-from scaling.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings, gpu_indices,
-                             other_cores, summarize_watch, wait_for_quiet, window_on_this_host)
 from scaling.placement import Placement, local_placement
-from scaling.processes import run_process_tree
-from scaling.store import ResultStore
 from scaling.workers.common import write_json_atomically
 
-PROJECT_ROOT = Path(scaling.__file__).resolve().parents[1]
 REPORT_GRACE_S = 30.0
 """How long node 0 waits for the other nodes' rank reports after its own ranks ended."""
 
@@ -89,15 +88,8 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         return make_record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
                        started_at, 0.0, token=None)
     argv = launcher.command(cell, placement, str(cell_dir), python)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
-                                                    os.environ.get("PYTHONPATH")])),
-        **framework.env,
-        **launcher.env(cell, placement),
-        **memory_cap_env(cell),
-        **(extra_env or {}),
-    }
+    env = worker_env(framework.env, launcher.env(cell, placement), memory_cap_env(cell),
+                     extra_env or {})
     token = uuid.uuid4().hex
     log = "launcher.log" if placement.node_rank == 0 else f"launcher-node{placement.node_rank}.log"
     waited_s = None
@@ -130,6 +122,14 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     return make_record(cell, cell_dir, outcome, reports, started_at, wall_s, token)
 
 
+def worker_spec(cell: Cell) -> Dict:
+    """What every worker process reads from ``cell.json``: the cell, the module of its
+    framework's models, and the devices each process drives (the launcher decides how many
+    processes share the node's devices)."""
+    return {**cell.to_dict(), "models": get_framework(cell.framework).models,
+            "local_devices": cell.devices // get_launcher(cell.launcher).ranks_per_node(cell)}
+
+
 def prepare_cell_dir(cell: Cell, out_dir, placement: Placement) -> Path:
     cell_dir = Path(out_dir) / "cells" / cell.cell_id
     if placement.nodes == 1 and cell_dir.exists():
@@ -138,7 +138,7 @@ def prepare_cell_dir(cell: Cell, out_dir, placement: Placement) -> Path:
     if placement.node_rank == 0:
         for stale in [*cell_dir.glob("rank*.json"), cell_dir / "record.json"]:
             stale.unlink(missing_ok=True)
-    write_json_atomically(cell_dir / "cell.json", cell.to_dict())
+    write_json_atomically(cell_dir / "cell.json", worker_spec(cell))
     return cell_dir
 
 

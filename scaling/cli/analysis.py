@@ -9,9 +9,9 @@ import click
 from rich.table import Table
 
 from scaling import hardware
+from scaling.cli.output import console, prepare_out_dir
 from scaling.errors import ScalingError
-from scaling.output import console, prepare_out_dir
-from scaling.store import ResultStore
+from scaling.execute.store import ResultStore
 
 
 @click.command()
@@ -38,7 +38,7 @@ def matmul(frameworks, sizes, device_types, dtype, repeats, timeout_s, out_dir):
 
     Exits 0 once every size has a status, 2 for bad input."""
     from scaling import matmul as bench
-    from scaling.figures import matmul_figures, save_png
+    from scaling.report.figures import matmul_figures, save_png
 
     names = [name.strip() for name in frameworks.split(",") if name.strip()]
     for name in names:
@@ -101,8 +101,8 @@ def compare_command(base_dir, new_dir, threshold, csv_path):
     fails is a regression.
 
     Exit status: 1 when any cell regressed, 0 otherwise, 2 for bad input."""
-    from scaling.compare import (VERDICTS, cell_label, compare, parse_threshold,
-                                 write_comparison_csv)
+    from scaling.report.compare import (VERDICTS, cell_label, compare, parse_threshold,
+                                        write_comparison_csv)
 
     fraction = parse_threshold(threshold)
     records = []

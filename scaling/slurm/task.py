@@ -21,11 +21,11 @@ from typing import Dict, List
 
 from scaling import hardware
 from scaling.cell import Cell
-from scaling.execute import provenance, run_cell
+from scaling.execute.monitor import WatchSettings
+from scaling.execute.run import provenance, run_cell
+from scaling.execute.store import ResultStore
 from scaling.launchers import get_launcher
-from scaling.monitor import WatchSettings
 from scaling.placement import Placement
-from scaling.store import ResultStore
 from scaling.workers.common import write_json_atomically
 
 _ADDR = re.compile(r"\bNodeName=(\S+).*?\bNodeAddr=(\S+)")

@@ -1,7 +1,7 @@
 """Submitting cells to Slurm: one job array per group of cells that need the same resources,
 one array task per cell.
 
-The batch script comes from ``slurm/array.sbatch``, rendered by a pure function that quotes
+The batch script comes from ``scaling/slurm/array.sbatch``, rendered by a pure function that quotes
 every value, and resources are sbatch options in an argv list (no shell anywhere), so hostile
 names (an output folder or sweep called ``a'; rm -rf ~``) stay inert. Before each ``sbatch``
 the submission is noted in ``OUT/slurm/jobs.jsonl`` under a unique job name, and its job id
@@ -23,14 +23,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from scaling import PROJECT_ROOT
 from scaling.cell import Cell
 from scaling.errors import ScalingError
-from scaling.execute import PROJECT_ROOT
-from scaling.monitor import WatchSettings
-from scaling.store import locked_append
+from scaling.execute.monitor import WatchSettings
+from scaling.execute.store import locked_append
 from scaling.sweep import SlurmSection
 
-TEMPLATE = PROJECT_ROOT / "slurm" / "array.sbatch"
+TEMPLATE = Path(__file__).with_name("array.sbatch")
+"""The batch script, package data: it ships with the package, so an installed harness submits."""
 SLURM_DIR = "slurm"
 LEDGER = "jobs.jsonl"
 

@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from scaling.batchsearch import STRATEGIES, Bracket
 from scaling.cell import Cell, make_cell
 from scaling.errors import ScalingError
-from scaling.execute import run_and_record
-from scaling.store import ResultStore
+from scaling.execute.run import run_and_record
+from scaling.execute.store import ResultStore
+from scaling.maxbatch.bracket import STRATEGIES, Bracket
 
 MAXBATCH_FILE = "maxbatch.csv"
 

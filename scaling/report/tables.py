@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 from rich.table import Table
 
-from scaling.cost import sweep_prices, with_costs
+from scaling.report.cost import sweep_prices, with_costs
 from scaling.schema import CSV_COLUMNS
 from scaling.uncertainty import ratio_interval, repeats_interval
 

@@ -13,7 +13,6 @@ import csv
 import datetime
 import hashlib
 import json
-import os
 import statistics
 import subprocess
 import tempfile
@@ -23,10 +22,11 @@ from typing import Dict, List, Optional
 import psutil
 
 from scaling import hardware
-from scaling.errors import ScalingError
-from scaling.execute import PROJECT_ROOT, provenance
+from scaling.errors import InfrastructureError, ScalingError
+from scaling.execute.processes import worker_env
+from scaling.execute.run import provenance
+from scaling.execute.store import ResultStore
 from scaling.frameworks import get_framework, missing_framework
-from scaling.store import ResultStore
 
 REFERENCE_SIZES = [10, 50, 100, *range(200, 1001, 100), *range(2000, 20001, 1000)]
 FRAMEWORKS = ("torch", "tensorflow")
@@ -67,14 +67,12 @@ def run_worker(framework: str, device_type: str, sizes: List[int], dtype: str,
     python = get_framework(framework).default_python()
     missing = missing_framework(framework, python)
     if missing:
-        raise ScalingError(missing)
+        raise InfrastructureError(missing)
     with tempfile.TemporaryDirectory() as scratch:
         spec, out = Path(scratch) / "spec.json", Path(scratch) / "out.json"
         spec.write_text(json.dumps({"framework": framework, "device_type": device_type,
                                     "sizes": sizes, "dtype": dtype, "repeats": repeats}))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
-            "TF_CPP_MIN_LOG_LEVEL": "2", **get_framework(framework).env}
+        env = worker_env({"TF_CPP_MIN_LOG_LEVEL": "2"}, get_framework(framework).env)
         try:
             done = subprocess.run([python, "-m", "scaling.workers.matmul_worker", str(spec),
                                    str(out)], env=env, capture_output=True, text=True,

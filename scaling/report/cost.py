@@ -20,40 +20,12 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from scaling.errors import ScalingError
-from scaling.provenance import SWEEP_FILE
+from scaling.report.provenance import SWEEP_FILE
+from scaling.sweep import check_prices
 
 MILLION = 1_000_000
 COST_FIELDS = ("price_per_hour", "cost_per_million_images", "time_to_million_images_s",
                "cost_relative", "time_relative")
-
-
-def check_prices(prices, where: str) -> Dict[str, float]:
-    if not isinstance(prices, dict):
-        raise ScalingError(f"{where}: prices must map a device type, device name or instance "
-                           "to US dollars per hour")
-    for key, value in prices.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ScalingError(f"{where}: price of {key!r} must be a number of US dollars per "
-                               f"hour, got {value!r}")
-    return {str(key): float(value) for key, value in prices.items()}
-
-
-def parse_prices(pairs) -> Dict[str, float]:
-    """``("gpu=2.5", "cpu=0.05")`` -> {"gpu": 2.5, "cpu": 0.05}."""
-    prices = {}
-    for pair in pairs:
-        key, sep, value = pair.rpartition("=")
-        try:
-            amount = float(value)
-        except ValueError:
-            amount = -1.0
-        if not sep or not key or amount < 0:
-            raise ScalingError(f"--price takes KEY=USD_PER_HOUR (KEY: cpu, gpu, a device name "
-                               f"or instance), got {pair!r}")
-        prices[key] = amount
-    return prices
-
 
 def sweep_prices(out_dir) -> Dict[str, float]:
     """The ``prices:`` of the sweep file kept in OUT, if any."""
@@ -63,7 +35,6 @@ def sweep_prices(out_dir) -> Dict[str, float]:
     data = yaml.safe_load(path.read_text()) or {}
     return check_prices(data.get("prices") or {}, str(path))
 
-
 def price_per_hour(row: Dict, prices: Dict[str, float]) -> Optional[float]:
     if "instance" in prices:
         return prices["instance"] * row.get("nodes", 1)
@@ -72,12 +43,10 @@ def price_per_hour(row: Dict, prices: Dict[str, float]) -> Optional[float]:
             return prices[key] * row["total_devices"]
     return None
 
-
 def _reference(group: List[Dict]) -> Optional[Dict]:
     ok = [row for row in group if row["status"] == "ok"]
     gpus = [row for row in ok if row["device_type"] == "gpu"]
     return max(gpus or ok, key=lambda row: row["images_per_sec"], default=None)
-
 
 def with_costs(rows: List[Dict], prices: Dict[str, float]) -> List[Dict]:
     """``rows`` with the cost columns (None where there is no price or no figure)."""

@@ -6,40 +6,46 @@ import logging
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Dict
 
 import click
 import yaml
 from rich.table import Table
 
-from scaling import __version__, cli_analysis, cli_slurm, hardware
-from scaling.batchsearch import STRATEGIES
+from scaling import __version__, hardware
 from scaling.cell import DEVICE_TYPES, MODES, make_cell, resolve_device_type
-from scaling.errors import ScalingError
+from scaling.cli import analysis as cli_analysis
+from scaling.cli import slurm as cli_slurm
+from scaling.cli.output import console, prepare_out_dir
+from scaling.errors import InfrastructureError, ScalingError
+from scaling.execute.monitor import NOISE_CORES, WatchSettings
+from scaling.execute.runner import check_resumable, pending_cells, run_cells
+from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS, framework_names
 from scaling.launchers import LAUNCHERS, default_python, get_launcher, launchers_of
-from scaling.maxbatch import (MAXBATCH_FILE, TrialRunner, check_search_bounds,
-                              find_max_batches, read_maxbatch_csv, trial_factory,
-                              write_maxbatch_csv)
-from scaling.monitor import NOISE_CORES, WatchSettings
+from scaling.maxbatch.bracket import STRATEGIES
+from scaling.maxbatch.search import (MAXBATCH_FILE, TrialRunner, check_search_bounds,
+                                     find_max_batches, read_maxbatch_csv, trial_factory,
+                                     write_maxbatch_csv)
+from scaling.maxbatch.sweep import search_max_batches
 from scaling.placement import local_placement
-from scaling.output import console, prepare_out_dir
-from scaling.provenance import keep_sweep_file
-from scaling.cost import parse_prices
-from scaling.report import cost_tables, report, scaling_tables, thread_tables
-from scaling.runner import check_resumable, pending_cells, run_cells, search_max_batches
-from scaling.store import ResultStore
+from scaling.report.provenance import keep_sweep_file
+from scaling.report.tables import cost_tables, report, scaling_tables, thread_tables
 from scaling.sweep import expand, interpreters, load_sweep
 from scaling.units import format_bytes, parse_bytes
 from workloads import WORKLOADS
 
 
-
 class ScalingGroup(click.Group):
-    """Reports bad input as one line: ``Error: ...``, exit status 2, no traceback."""
+    """Reports a :class:`ScalingError` as one line, ``Error: ...``, with no traceback: exit
+    status 2 for bad input, 3 when the environment or infrastructure failed."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except InfrastructureError as error:
+            click.echo(f"Error: {error}", err=True)
+            ctx.exit(error.exit_code)
         except ScalingError as error:
             raise click.UsageError(str(error)) from None
 
@@ -96,6 +102,21 @@ def parse_options(pairs) -> dict:
             raise ScalingError(f"--option takes KEY=VALUE, got {pair!r}")
         options[key] = yaml.safe_load(value)
     return options
+
+def parse_prices(pairs) -> Dict[str, float]:
+    """``("gpu=2.5", "cpu=0.05")`` -> {"gpu": 2.5, "cpu": 0.05}."""
+    prices = {}
+    for pair in pairs:
+        key, sep, value = pair.rpartition("=")
+        try:
+            amount = float(value)
+        except ValueError:
+            amount = -1.0
+        if not sep or not key or amount < 0:
+            raise ScalingError(f"--price takes KEY=USD_PER_HOUR (KEY: cpu, gpu, a device name "
+                               f"or instance), got {pair!r}")
+        prices[key] = amount
+    return prices
 
 
 OPTION_HELP = ("Framework option KEY=VALUE, repeatable (torch: amp=true|fp16|bf16, "
@@ -280,7 +301,7 @@ def run(out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, host
 
 
 def _run_on_slurm(cell, out_dir, python, watch, wait, flags) -> None:
-    from scaling import slurm_backend
+    from scaling.slurm import backend as slurm_backend
 
     prepare_out_dir(out_dir)
     slurm_backend.submit([cell], out_dir, slurm_backend.with_overrides(None, **flags), "run",
@@ -368,8 +389,9 @@ def maxbatch(device_list, minimum, maximum, multiple_of, headroom, strategy, mem
 
 
 def _maxbatch_on_slurm(out_dir, counts, fields, wait, flags) -> None:
-    from scaling import slurm_backend, slurm_queue
-    from scaling.slurm_submit import submit_command
+    from scaling.slurm import backend as slurm_backend
+    from scaling.slurm import queue as slurm_queue
+    from scaling.slurm.submit import submit_command
 
     section = slurm_backend.with_overrides(None, **flags)
     gpu = fields["device_type"] == "gpu"
@@ -460,7 +482,7 @@ def _print_counts(cells, out_dir) -> None:
 
 
 def _sweep_on_slurm(spec, out_dir, watch, wait, flags) -> None:
-    from scaling import slurm_backend
+    from scaling.slurm import backend as slurm_backend
 
     if spec.needs_max_batch():
         raise ScalingError("batch_sizes: max searches on this machine: run that sweep with "
@@ -491,12 +513,12 @@ def report_command(out_dir, plot, html, price_pairs):
     where prices are known, the cost of a million images against the reference cell."""
     rows = _print_report(out_dir, parse_prices(price_pairs))
     if plot:
-        from scaling.figures import plot_scaling
+        from scaling.report.figures import plot_scaling
 
         for path in plot_scaling(rows, out_dir):
             console.print(f"wrote {path}")
     if html:
-        from scaling.html_report import write_html
+        from scaling.report.html import write_html
 
         console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
 

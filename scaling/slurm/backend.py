@@ -7,14 +7,14 @@ import time
 from typing import Dict, List, Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from scaling.cell import Cell
 from scaling.errors import ScalingError
-from scaling.monitor import WatchSettings
-from scaling.slurm_queue import UNFINISHED, finished, poll
-from scaling.slurm_submit import require_slurm, submit_cells
-from scaling.store import ResultStore
+from scaling.execute.monitor import WatchSettings
+from scaling.execute.runner import progress_bar
+from scaling.execute.store import ResultStore
+from scaling.slurm.queue import UNFINISHED, finished, poll
+from scaling.slurm.submit import require_slurm, submit_cells
 from scaling.sweep import SlurmSection
 
 POLL_S = 3.0
@@ -49,9 +49,7 @@ def submit(cells: List[Cell], out_dir, section: SlurmSection, label: str,
 
 def wait(out_dir, cell_ids: List[str], console: Console, poll_s: float = POLL_S) -> Dict:
     """Poll until every one of ``cell_ids`` has a final status; a progress bar meanwhile."""
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn()]
-    with Progress(*columns, console=console) as progress:
+    with progress_bar(console) as progress:
         task = progress.add_task("slurm", total=len(cell_ids))
         while True:
             states = {cell_id: state for cell_id, state in poll(out_dir).items()

@@ -1,0 +1,62 @@
+"""Run a list of cells in order, with a progress bar, recording each one as it finishes."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from scaling.cell import Cell, describe
+from scaling.errors import ScalingError
+from scaling.execute.monitor import WatchSettings
+from scaling.execute.run import run_and_record
+from scaling.execute.store import ResultStore
+from scaling.placement import Placement
+
+
+def check_resumable(out_dir, resume: bool) -> None:
+    """Without ``resume``, an output folder that already holds results is an error."""
+    done = ResultStore(out_dir).done()
+    if done and not resume:
+        raise ScalingError(
+            f"{out_dir} already holds {len(done)} results; pass --resume to continue that sweep "
+            "or choose another --out"
+        )
+
+
+def pending_cells(cells: List[Cell], out_dir) -> List[Cell]:
+    done = ResultStore(out_dir).done()
+    return [cell for cell in cells if cell.cell_id not in done]
+
+
+
+def progress_bar(console: Console) -> Progress:
+    """The progress bar of long work: what runs now, a bar, done of all, time elapsed."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console)
+
+
+def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = None,
+              console: Optional[Console] = None,
+              placement: Optional[Placement] = None,
+              watch: WatchSettings = WatchSettings()) -> List[Dict]:
+    """Run and record each cell in turn; ``placement`` defaults to every rank on this machine,
+    ``watch`` says how cells are watched."""
+    console = console or Console(stderr=True)
+    pythons = pythons or {}
+    records = []
+    with progress_bar(console) as progress:
+        task = progress.add_task("cells", total=len(cells))
+        for cell in cells:
+            progress.update(task, description=describe(cell.to_dict()))
+            record = run_and_record(cell, out_dir, python=pythons.get(cell.environment),
+                                    placement=placement, watch=watch)
+            records.append(record)
+            rate = (f"{record['images_per_sec']:.1f} img/s" if record["status"] == "ok"
+                    else record["error"])
+            if record.get("noisy"):
+                rate += f" (noisy: {record['noise']})"
+            progress.console.print(f"{describe(cell.to_dict())}: {record['status']} {rate}")
+            progress.advance(task)
+    return records

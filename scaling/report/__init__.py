@@ -1,0 +1,1 @@
+"""What records become: tables, CSV, figures, the HTML page, cost and comparison."""

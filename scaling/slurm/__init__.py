@@ -1,0 +1,1 @@
+"""Slurm: submitting cells as job arrays, polling where they stand, and the array task."""
