@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from scaling import hardware
-from scaling.errors import ScalingError
+from scaling.errors import ScalingError, positive_int
 from scaling.frameworks import get_framework
 from scaling.launchers import check_options, get_launcher, launchers_of
 from scaling.units import format_bytes
-from workloads import get_workload
+from workloads import Workload, get_workload
 
 DEVICE_TYPES = ("auto", "gpu", "cpu")
 MODES = ("train", "forward", "forward_backward")
@@ -99,6 +99,7 @@ class Cell:
     def with_changes(self, **changes) -> "Cell":
         return dataclasses.replace(self, **changes)
 
+
 def describe(fields: Dict) -> str:
     """A cell or record in a few words: ``torch/torchrun cifar10 x2 batch 16``."""
     return (f"{fields['framework']}/{fields['launcher']} {fields['workload']} "
@@ -113,12 +114,6 @@ def resolve_device_type(device_type: str) -> str:
     if device_type == "auto":
         return "gpu" if hardware.gpu_count() > 0 else "cpu"
     return device_type
-
-
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ScalingError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def make_cell(
@@ -148,18 +143,51 @@ def make_cell(
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
     build a cell. ``launcher=None`` picks the framework's default launcher."""
     spec = get_workload(workload)
-    framework_spec = get_framework(framework)
-    launcher = launcher or framework_spec.default_launcher
-    launcher_spec = get_launcher(launcher)
+    launcher_spec = _check_launcher(framework, launcher, options or {})
+    _check_counts(devices=devices, batch_size=batch_size, steps=steps, nodes=nodes,
+                  warmup=warmup, timeout_s=timeout_s, min_time_s=min_time_s, mode=mode)
+    if nodes > 1 and not launcher_spec.multi_node:
+        raise ScalingError(f"{launcher_spec.name} runs on one node; use --nodes 1")
+    resolved_type = resolve_device_type(device_type)
+    if resolved_type == "gpu" and nodes == 1 and devices > hardware.gpu_count():
+        raise ScalingError(
+            f"{devices} GPUs requested but this machine has {hardware.gpu_count()}"
+        )
+    if threads_per_device is None:
+        threads_per_device = max(1, hardware.cpu_cores() // devices)
+    positive_int("threads per device", threads_per_device)
+    _check_memory_limit(framework, resolved_type, memory_limit)
+    if resolved_type == "cpu" and not allow_oversubscribe:
+        check_oversubscription(devices, threads_per_device)
+    return Cell(
+        framework=framework, launcher=launcher_spec.name, workload=workload, devices=devices,
+        batch_size=batch_size, image_size=_image_size(spec, image_size), steps=steps,
+        warmup=warmup, device_type=resolved_type, threads_per_device=threads_per_device,
+        nodes=nodes, memory_limit=memory_limit, repeat=repeat, purpose=purpose,
+        options=dict(options or {}), timeout_s=float(timeout_s), mode=mode,
+        min_time_s=float(min_time_s), profile=bool(profile), variant=variant,
+        data_parallel=launcher_spec.data_parallel,
+    )
+
+
+def _check_launcher(framework: str, launcher: Optional[str], options: Dict):
+    """The launcher's registry entry (the framework's default for None), once it is known to
+    start ``framework`` and to take ``options``."""
+    launcher_spec = get_launcher(launcher or get_framework(framework).default_launcher)
     if framework not in launcher_spec.frameworks:
         raise ScalingError(
-            f"launcher {launcher!r} does not start {framework}; {framework} launchers: "
-            f"{', '.join(launchers_of(framework))}"
+            f"launcher {launcher_spec.name!r} does not start {framework}; {framework} "
+            f"launchers: {', '.join(launchers_of(framework))}"
         )
-    check_options(launcher_spec, framework, dict(options or {}))
+    check_options(launcher_spec, framework, dict(options))
+    return launcher_spec
+
+
+def _check_counts(*, devices, batch_size, steps, nodes, warmup, timeout_s, min_time_s,
+                  mode) -> None:
     for name, value in (("devices", devices), ("batch size", batch_size), ("steps", steps),
                         ("nodes", nodes)):
-        _positive(name, value)
+        positive_int(name, value)
     if mode not in MODES:
         raise ScalingError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -169,38 +197,29 @@ def make_cell(
     if isinstance(min_time_s, bool) or not isinstance(min_time_s, (int, float)) or min_time_s < 0:
         raise ScalingError(f"min_time_s must be a non-negative number of seconds, "
                            f"got {min_time_s!r}")
-    if nodes > 1 and not launcher_spec.multi_node:
-        raise ScalingError(f"{launcher} runs on one node; use --nodes 1")
-    resolved_type = resolve_device_type(device_type)
-    if resolved_type == "gpu" and nodes == 1 and devices > hardware.gpu_count():
-        raise ScalingError(
-            f"{devices} GPUs requested but this machine has {hardware.gpu_count()}"
-        )
-    size = spec.input_size if image_size is None else _positive("image size", image_size)
+
+
+def _image_size(spec: Workload, image_size: Optional[int]) -> int:
+    """The workload's nominal input side, or ``image_size`` once the network accepts it."""
+    size = spec.input_size if image_size is None else positive_int("image size", image_size)
     if size < spec.min_image_size:
         raise ScalingError(
-            f"image size {size} is below {workload}'s smallest input, {spec.min_image_size}"
+            f"image size {size} is below {spec.name}'s smallest input, {spec.min_image_size}"
         )
-    if threads_per_device is None:
-        threads_per_device = max(1, hardware.cpu_cores() // devices)
-    _positive("threads per device", threads_per_device)
-    if memory_limit is not None and resolved_type != "cpu":
+    return size
+
+
+def _check_memory_limit(framework: str, device_type: str, memory_limit: Optional[int]) -> None:
+    if memory_limit is None:
+        return
+    if device_type != "cpu":
         raise ScalingError("a memory limit applies to CPU devices only; GPUs use their own memory")
-    if memory_limit is not None and memory_limit < framework_spec.min_memory_limit:
+    smallest = get_framework(framework).min_memory_limit
+    if memory_limit < smallest:
         raise ScalingError(
             f"memory limit {format_bytes(memory_limit)} is too small to start a {framework} "
-            f"worker; the smallest that works is {format_bytes(framework_spec.min_memory_limit)}"
+            f"worker; the smallest that works is {format_bytes(smallest)}"
         )
-    if resolved_type == "cpu" and not allow_oversubscribe:
-        check_oversubscription(devices, threads_per_device)
-    return Cell(
-        framework=framework, launcher=launcher, workload=workload, devices=devices,
-        batch_size=batch_size, image_size=size, steps=steps, warmup=warmup,
-        device_type=resolved_type, threads_per_device=threads_per_device, nodes=nodes,
-        memory_limit=memory_limit, repeat=repeat, purpose=purpose, options=dict(options or {}),
-        timeout_s=float(timeout_s), mode=mode, min_time_s=float(min_time_s),
-        profile=bool(profile), variant=variant, data_parallel=launcher_spec.data_parallel,
-    )
 
 
 def check_oversubscription(devices: int, threads_per_device: int) -> None:

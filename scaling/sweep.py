@@ -16,7 +16,7 @@ import yaml
 
 from scaling import hardware
 from scaling.cell import Cell, make_cell, resolve_device_type
-from scaling.errors import ScalingError
+from scaling.errors import ScalingError, positive_int
 from scaling.frameworks import framework_names
 from scaling.launchers import LAUNCHERS, launchers_of
 from scaling.units import parse_bytes
@@ -127,8 +127,7 @@ class SweepConfig:
     def node_counts(self) -> List[int]:
         counts = self.nodes if isinstance(self.nodes, list) else [self.nodes]
         for count in counts:
-            if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
-                raise ScalingError(f"nodes must be positive integers, got {self.nodes!r}")
+            positive_int("nodes", count)
         return sorted(set(counts))
 
     def needs_max_batch(self) -> bool:
@@ -270,9 +269,7 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
     """The sweep's cells. ``max_batches`` maps (framework, launcher, workload, devices) to the
     largest batch that fits, for symbolic batch sizes; a combination where none fitted has no
     cell."""
-    if isinstance(config.repeats, bool) or not isinstance(config.repeats, int) \
-            or config.repeats <= 0:
-        raise ScalingError(f"repeats must be a positive integer, got {config.repeats!r}")
+    positive_int("repeats", config.repeats)
     memory_limit = parse_bytes(config.memory_limit) if config.memory_limit else None
     cells = []
     for framework, section in config.frameworks.items():

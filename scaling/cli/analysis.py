@@ -10,7 +10,7 @@ from rich.table import Table
 
 from scaling import hardware
 from scaling.cli.output import console, prepare_out_dir
-from scaling.errors import ScalingError
+from scaling.errors import ScalingError, positive_int
 from scaling.execute.store import ResultStore
 
 
@@ -52,8 +52,7 @@ def matmul(frameworks, sizes, device_types, dtype, repeats, timeout_s, out_dir):
             raise ScalingError(f"unknown device type {device!r}; valid: cpu, gpu")
     if "gpu" in devices and not has_gpu:
         raise ScalingError("--device-type gpu: this machine has no GPU (nvidia-smi finds none)")
-    if repeats <= 0:
-        raise ScalingError(f"--repeats must be positive, got {repeats}")
+    positive_int("--repeats", repeats)
     if not has_gpu:
         console.print("no GPU on this machine: the matrix benchmark runs on the CPU only, with "
                       "no CPU/GPU ratio or crossover")

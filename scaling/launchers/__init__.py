@@ -90,14 +90,20 @@ def thread_env(threads: int) -> Dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
+def valid_options(launcher: Launcher, framework: str) -> Dict[str, object]:
+    """The options a cell of ``framework`` under ``launcher`` takes: the framework's and the
+    launcher's own, each a type or a tuple of the valid values."""
+    return {**get_framework(framework).options, **launcher.options}
+
+
 def check_options(launcher: Launcher, framework: str, options: Dict) -> None:
-    valid_options = {**get_framework(framework).options, **launcher.options}
+    valid = valid_options(launcher, framework)
     for key, value in options.items():
-        if key not in valid_options:
-            valid = ", ".join(sorted(valid_options)) or "none"
+        if key not in valid:
+            names = ", ".join(sorted(valid)) or "none"
             raise ScalingError(f"unknown option {key!r} for {framework} under {launcher.name}; "
-                               f"valid options: {valid}")
-        allowed = valid_options[key]
+                               f"valid options: {names}")
+        allowed = valid[key]
         if isinstance(allowed, tuple):
             if not any(type(value) is type(choice) and value == choice for choice in allowed):
                 raise ScalingError(f"option {key} takes one of "

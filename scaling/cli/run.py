@@ -1,0 +1,112 @@
+"""``scaling devices`` (what this machine has) and ``scaling run`` (one cell)."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from scaling import hardware
+from scaling.cell import make_cell
+from scaling.cli.backends import BACKENDS, backend_option
+from scaling.cli.output import console, prepare_out_dir, print_record
+from scaling.cli.options import (apply, cell_options, parse_options, pop_slurm_flags,
+                                 slurm_options, watch_options, watch_settings)
+from scaling.errors import EXIT_FAILED, EXIT_INFRASTRUCTURE
+from scaling.execute.store import ResultStore
+from scaling.frameworks import FRAMEWORKS
+from scaling.launchers import default_python, get_launcher, launchers_of
+from scaling.placement import local_placement
+from scaling.units import parse_bytes
+
+
+@click.command()
+def devices():
+    """List GPUs (the fields nvidia-smi shows), the CPU, and installed frameworks."""
+    gpus = hardware.query_gpus()
+    if gpus:
+        table = Table(title="GPUs")
+        for key in gpus[0]:
+            table.add_column(key)
+        for gpu in gpus:
+            table.add_row(*gpu.values())
+        console.print(table)
+    else:
+        console.print("GPUs: none found (nvidia-smi absent or reports no device)")
+    console.print(f"CPU: {hardware.cpu_model()}, {hardware.cpu_cores()} cores")
+    table = Table(title="Frameworks")
+    for header in ("interpreter", "package", "version"):
+        table.add_column(header)
+    pythons = dict.fromkeys(default_python(name, launcher) for name in FRAMEWORKS
+                            for launcher in launchers_of(name))
+    for python in pythons:
+        versions = hardware.installed_versions(python)
+        if versions is None:
+            table.add_row(python, "-", "not found")
+        for package, version in (versions or {}).items():
+            table.add_row(python, package, version)
+    console.print(table)
+
+
+RUN_OPTIONS = [
+    click.option("--devices", type=int, default=1, show_default=True, help="Devices per node."),
+    click.option("--nodes", type=int, default=1, show_default=True,
+                 help="Nodes; run the same command on each, with its --node-rank."),
+    click.option("--node-rank", type=int, default=0, show_default=True,
+                 help="This node's index when --nodes > 1."),
+    click.option("--rendezvous", help="host:port where the ranks meet when --nodes > 1."),
+    click.option("--hosts", help="Every node's address, comma-separated in node-rank order "
+                                 "(needed by tf-multiworker over several nodes)."),
+    click.option("--batch-size", type=int, required=True, help="Per-device batch size."),
+    click.option("--repeat", type=int, default=0, show_default=True,
+                 help="Repeat index; a cell already recorded runs again only under a new "
+                      "index."),
+    click.option("--min-time", "min_time_s", type=float, default=0.0, show_default=True,
+                 help="Seconds the timed window lasts at least: after --steps it goes on by "
+                      "whole chunks until it does."),
+    click.option("--profile", is_flag=True,
+                 help="After the window, run a few steps under the framework's profiler (a "
+                      "trace per rank in the cell folder) and record the step's compute, "
+                      "communication and idle fractions."),
+]
+
+
+def exit_status(status: str) -> int:
+    """0 for an ok cell, 3 when its environment failed, 1 for any other end."""
+    return 0 if status == "ok" else EXIT_INFRASTRUCTURE if status == "env_error" else EXIT_FAILED
+
+
+@click.command()
+@cell_options(steps=20, warmup=5, out="runs/run", what="cell")
+@lambda command: apply(RUN_OPTIONS, command)
+@watch_options
+@backend_option
+@slurm_options
+@click.pass_context
+def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, hosts,
+        wait_for_quiet_s, no_telemetry, backend, wait, **fields):
+    """Run one cell and append its result to OUT/results.jsonl.
+
+    With --backend slurm, submit it as a one-task job array on --nodes nodes instead.
+
+    Exits 0 when the cell is ok, 1 when it ended otherwise (oom, timeout, ...), 3 when its
+    environment is missing (env_error); with --backend slurm and no --wait, 0 once it is
+    submitted."""
+    slurm = pop_slurm_flags(fields)
+    cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
+                     options=parse_options(option_pairs), **fields)
+    placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell), cell.nodes,
+                                node_rank, rendezvous, hosts.split(",") if hosts else None) \
+        if backend == "local" else None
+    prepare_out_dir(out_dir)
+    recorded = ResultStore(out_dir).done().get(cell.cell_id)
+    if recorded is not None:
+        console.print(f"cell {cell.cell_id} is already recorded in {out_dir}; "
+                      "pass --repeat N to measure it again")
+    else:
+        recorded = BACKENDS.get(backend).run(
+            cell, out_dir, {cell.framework: python} if python else {},
+            watch_settings(wait_for_quiet_s, no_telemetry), placement, slurm, wait)
+        if recorded is None:
+            return
+    print_record(recorded)
+    ctx.exit(exit_status(recorded["status"]))

@@ -1,0 +1,81 @@
+"""``scaling sweep`` (every cell of a sweep file) and ``scaling report`` (what they gave)."""
+
+from __future__ import annotations
+
+import click
+
+from scaling.cli.backends import BACKENDS, backend_option
+from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_slurm_flags,
+                                 slurm_options, watch_options, watch_settings)
+from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
+from scaling.errors import EXIT_INFRASTRUCTURE
+from scaling.execute.runner import check_resumable
+from scaling.execute.store import ResultStore
+from scaling.report.provenance import keep_sweep_file
+from scaling.sweep import load_sweep
+
+
+@click.command()
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Output folder [default: runs/NAME].")
+@click.option("--resume", is_flag=True, help="Skip the cells already recorded in OUT.")
+@ALLOW_OVERSUBSCRIBE
+@watch_options
+@backend_option
+@slurm_options
+@click.pass_context
+def sweep(ctx, config, out_dir, resume, allow_oversubscribe, wait_for_quiet_s, no_telemetry,
+          backend, wait, **slurm_flags):
+    """Run every cell of the sweep file CONFIG, then print the scaling report.
+
+    With --backend slurm, submit the cells as job arrays (one per group of cells that need the
+    same resources) and return, or with --wait block until they end; --resume skips cells that
+    are recorded or still queued.
+
+    Exits 0 once every cell has a status (or, with --backend slurm and no --wait, once every
+    cell is submitted), whatever the statuses are, except 3 when a cell's environment is
+    missing (env_error); it ends with a count of cells by status."""
+    spec = load_sweep(config)
+    if allow_oversubscribe:
+        spec.allow_oversubscribe = True
+    out_dir = out_dir or f"runs/{spec.name}"
+    prepare_out_dir(out_dir)
+    check_resumable(out_dir, resume)
+    keep_sweep_file(out_dir, config)
+    local = backend == "local"
+    cells = BACKENDS.get(backend).sweep(spec, out_dir,
+                                        watch_settings(wait_for_quiet_s, no_telemetry),
+                                        pop_slurm_flags(slurm_flags), wait)
+    if local or wait:
+        print_report(out_dir)
+        counts = print_counts([cell.cell_id for cell in cells], out_dir)
+        if counts.get("env_error"):
+            ctx.exit(EXIT_INFRASTRUCTURE)
+
+
+@click.command(name="report")
+@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--plot", is_flag=True,
+              help="Also draw throughput, speedup and efficiency against device count as PNGs.")
+@click.option("--html", is_flag=True,
+              help="Also write OUT_DIR/report.html: one self-contained page with the grids, "
+                   "figures, max-batch table and provenance.")
+@click.option("--price", "price_pairs", multiple=True, metavar="KEY=USD_PER_HOUR",
+              help="Price per device-hour of a device type (cpu, gpu) or device name, or per "
+                   "node-hour of an instance (instance=...); repeatable; over the sweep's "
+                   "prices:.")
+def report_command(out_dir, plot, html, price_pairs):
+    """Print the scaling tables of OUT_DIR and write OUT_DIR/results.csv with speedup and
+    efficiency (weak scaling: per-device batch fixed, baseline = measured one device), and,
+    where prices are known, the cost of a million images against the reference cell."""
+    rows = print_report(out_dir, parse_prices(price_pairs))
+    if plot:
+        from scaling.report.figures import plot_scaling
+
+        for path in plot_scaling(rows, out_dir):
+            console.print(f"wrote {path}")
+    if html:
+        from scaling.report.html import write_html
+
+        console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
