@@ -1,15 +1,28 @@
 """Bad input gets one line that says what is wrong and what is valid, exit status 2, and no
-traceback."""
+traceback. These run the command line in this process (click's CliRunner): no worker starts
+before the input is refused."""
 
 from __future__ import annotations
 
+import conftest
 import pytest
+from click.testing import CliRunner
+from conftest import write_sweep
 
-from conftest import scaling_cli, write_sweep
+from scaling.cli import cli
 
 
-def assert_one_line_error(result, *fragments):
-    assert result.returncode == 2
+def scaling_cli(*args):
+    """The command line in this process, with its exit status as ``returncode``."""
+    result = CliRunner().invoke(cli, [str(arg) for arg in args], prog_name="scaling")
+    result.returncode = result.exit_code
+    return result
+
+
+def assert_one_line_error(result, *fragments, code=2):
+    assert result.returncode == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        result.exception
     assert "Traceback" not in result.stderr
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(error_lines) == 1, result.stderr
@@ -119,5 +132,5 @@ def test_more_cpu_threads_than_cores_is_refused_unless_allowed(tmp_path):
             "--devices", 2, "--threads-per-device", cpu_cores(), "--out", tmp_path)
     assert_one_line_error(scaling_cli(*args), "measure contention, not scaling",
                           "--allow-oversubscribe")
-    allowed = scaling_cli(*args, "--allow-oversubscribe")
+    allowed = conftest.scaling_cli(*args, "--allow-oversubscribe")
     assert allowed.returncode == 0, allowed.stderr
