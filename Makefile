@@ -9,7 +9,7 @@ EXTRAS ?= torch,tensorflow,plot,test
 # MXNet 1.9.1 needs numpy<1.24, so it has its own environment; its workers run there.
 MXNET_VENV ?= .venv-mxnet
 
-.PHONY: quickstart test env mxnet-env horovod-env browser slurm
+.PHONY: quickstart test test-fast env mxnet-env horovod-env browser slurm
 
 quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/scaling devices
@@ -17,7 +17,11 @@ quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/scaling report runs/quickstart --plot --html
 
 test: $(VENV)/.installed $(MXNET_VENV)/.installed horovod-env browser slurm
-	$(BIN)/python -m pytest -v
+	$(BIN)/python -m pytest -v --durations=20
+
+# The tests not marked slow: a few minutes, without building Horovod.
+test-fast: $(VENV)/.installed $(MXNET_VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not slow" --durations=10
 
 # Slurm and munge for the tests' private cluster, where apt-get can install them (as root on
 # Debian or Ubuntu); without them the Slurm tests skip and say why.
