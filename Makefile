@@ -13,8 +13,7 @@ MXNET_VENV ?= .venv-mxnet
 
 quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/scaling devices
-	$(BIN)/scaling sweep configs/quickstart.yaml --out runs/quickstart --resume
-	$(BIN)/scaling report runs/quickstart --plot --html
+	$(BIN)/scaling sweep configs/quickstart.yaml --out runs/quickstart --resume --plot --html
 
 test: $(VENV)/.installed $(MXNET_VENV)/.installed horovod-env browser slurm
 	$(BIN)/python -m pytest -v --durations=20

@@ -15,19 +15,44 @@ from scaling.report.provenance import keep_sweep_file
 from scaling.sweep import load_sweep
 
 
+PLOT = click.option(
+    "--plot", is_flag=True,
+    help="Also draw throughput, speedup and efficiency against device count as PNGs.")
+HTML = click.option(
+    "--html", is_flag=True,
+    help="Also write OUT_DIR/report.html: one self-contained page with the grids, figures, "
+         "max-batch table and provenance.")
+
+
+def write_figures(out_dir, rows, plot: bool, html: bool) -> None:
+    """The PNGs and the HTML page of a report, as asked."""
+    if plot:
+        from scaling.report.figures import plot_scaling
+
+        for path in plot_scaling(rows, out_dir):
+            console.print(f"wrote {path}")
+    if html:
+        from scaling.report.html import write_html
+
+        console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
+
+
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Output folder [default: runs/NAME].")
 @click.option("--resume", is_flag=True, help="Skip the cells already recorded in OUT.")
+@PLOT
+@HTML
 @ALLOW_OVERSUBSCRIBE
 @watch_options
 @backend_option
 @slurm_options
 @click.pass_context
-def sweep(ctx, config, out_dir, resume, allow_oversubscribe, wait_for_quiet_s, no_telemetry,
-          backend, wait, **slurm_flags):
-    """Run every cell of the sweep file CONFIG, then print the scaling report.
+def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_for_quiet_s,
+          no_telemetry, backend, wait, **slurm_flags):
+    """Run every cell of the sweep file CONFIG, then print the scaling report (and with --plot
+    or --html write its figures, as `scaling report` does).
 
     With --backend slurm, submit the cells as job arrays (one per group of cells that need the
     same resources) and return, or with --wait block until they end; --resume skips cells that
@@ -48,7 +73,7 @@ def sweep(ctx, config, out_dir, resume, allow_oversubscribe, wait_for_quiet_s, n
                                         watch_settings(wait_for_quiet_s, no_telemetry),
                                         pop_slurm_flags(slurm_flags), wait)
     if local or wait:
-        print_report(out_dir)
+        write_figures(out_dir, print_report(out_dir), plot, html)
         counts = print_counts([cell.cell_id for cell in cells], out_dir)
         if counts.get("env_error"):
             ctx.exit(EXIT_INFRASTRUCTURE)
@@ -56,11 +81,8 @@ def sweep(ctx, config, out_dir, resume, allow_oversubscribe, wait_for_quiet_s, n
 
 @click.command(name="report")
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
-@click.option("--plot", is_flag=True,
-              help="Also draw throughput, speedup and efficiency against device count as PNGs.")
-@click.option("--html", is_flag=True,
-              help="Also write OUT_DIR/report.html: one self-contained page with the grids, "
-                   "figures, max-batch table and provenance.")
+@PLOT
+@HTML
 @click.option("--price", "price_pairs", multiple=True, metavar="KEY=USD_PER_HOUR",
               help="Price per device-hour of a device type (cpu, gpu) or device name, or per "
                    "node-hour of an instance (instance=...); repeatable; over the sweep's "
@@ -69,13 +91,4 @@ def report_command(out_dir, plot, html, price_pairs):
     """Print the scaling tables of OUT_DIR and write OUT_DIR/results.csv with speedup and
     efficiency (weak scaling: per-device batch fixed, baseline = measured one device), and,
     where prices are known, the cost of a million images against the reference cell."""
-    rows = print_report(out_dir, parse_prices(price_pairs))
-    if plot:
-        from scaling.report.figures import plot_scaling
-
-        for path in plot_scaling(rows, out_dir):
-            console.print(f"wrote {path}")
-    if html:
-        from scaling.report.html import write_html
-
-        console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
+    write_figures(out_dir, print_report(out_dir, parse_prices(price_pairs)), plot, html)

@@ -9,17 +9,17 @@ of ``scaling report --plot`` and the SVGs inlined in ``report.html`` come from t
 from __future__ import annotations
 
 import io
-import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-from scaling.report.tables import curve_label, series_key, workload_groups  # noqa: E402
+from scaling.report.tables import (cell_summary, curve_label, series_key,  # noqa: E402
+                                   workload_groups)
 
 FRAMEWORK_COLOURS = {"torch": "#d62728", "tensorflow": "#ff7f0e", "mxnet": "#1f77b4"}
 """One colour per framework, the same in every figure."""
@@ -56,21 +56,30 @@ def _legend_beside(axis) -> None:
                 borderaxespad=0.0)
 
 
-def _curves(rows: List[Dict]) -> Dict[Tuple, Dict[int, Tuple]]:
-    """Series key -> {devices: (median images/sec, median speedup or None)}, ok cells only."""
+def _curves(rows: List[Dict]) -> Dict[Tuple, Dict[int, Dict]]:
+    """Series key -> {devices: the point's summary (median images/sec and speedup, with their
+    95% intervals)}, ok cells only."""
     points = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if row["status"] == "ok":
             points[series_key(row)][row["total_devices"]].append(row)
-    curves = {}
-    for key, by_devices in points.items():
-        curves[key] = {
-            devices: (statistics.median(r["images_per_sec"] for r in group),
-                      statistics.median(r["speedup"] for r in group)
-                      if all(r["speedup"] is not None for r in group) else None)
-            for devices, group in sorted(by_devices.items())
-        }
-    return curves
+    return {key: {devices: cell_summary(group) for devices, group in sorted(by_devices.items())}
+            for key, by_devices in points.items()}
+
+
+def _plot_with_interval(axis, points: List[Tuple[int, float, Optional[float],
+                                                 Optional[float]]], scale: float = 1.0,
+                        per_device: bool = False, **style) -> None:
+    """A curve with error bars for its 95% intervals: ``points`` are (devices, figure, low,
+    high), with low and high None where the figure has no interval."""
+    xs = [devices for devices, *_ in points]
+    divide = [devices if per_device else 1 for devices in xs]
+    ys = [scale * value / d for (_, value, _, _), d in zip(points, divide)]
+    below = [scale * (value - low) / d if low is not None else 0.0
+             for (_, value, low, _), d in zip(points, divide)]
+    above = [scale * (high - value) / d if high is not None else 0.0
+             for (_, value, _, high), d in zip(points, divide)]
+    axis.errorbar(xs, ys, yerr=[below, above], capsize=3, **style)
 
 
 def _rank_within_framework(keys) -> Dict[Tuple, int]:
@@ -92,7 +101,8 @@ def _styles(keys) -> Dict[Tuple, Dict]:
 
 def scaling_figure(rows: List[Dict], title: str):
     """Throughput, speedup and efficiency against device count for the rows of one workload,
-    image size and device type; None when no cell of them is ok."""
+    image size and device type, each point with its 95% interval as an error bar; None when
+    no cell of them is ok."""
     curves = _curves(rows)
     if not curves:
         return None
@@ -102,13 +112,15 @@ def scaling_figure(rows: List[Dict], title: str):
     figure, (throughput, speedup, efficiency) = plt.subplots(1, 3, figsize=(14, 4.2))
     for key, curve in sorted(curves.items(), key=lambda item: str(item[0])):
         label = curve_label(key)
-        throughput.plot(list(curve), [ips for ips, _ in curve.values()], label=label,
-                        **styles[key])
-        with_speedup = [(devices, s) for devices, (_, s) in curve.items() if s is not None]
+        _plot_with_interval(throughput, [
+            (devices, point["images_per_sec"], *(point["interval"] or (None, None)))
+            for devices, point in curve.items()], label=label, **styles[key])
+        with_speedup = [(devices, point["speedup"], point["speedup_low"], point["speedup_high"])
+                        for devices, point in curve.items() if point["speedup"] is not None]
         if with_speedup:
-            speedup.plot(*zip(*with_speedup), label=label, **styles[key])
-            efficiency.plot([d for d, _ in with_speedup],
-                            [100 * s / d for d, s in with_speedup], label=label, **styles[key])
+            _plot_with_interval(speedup, with_speedup, label=label, **styles[key])
+            _plot_with_interval(efficiency, with_speedup, scale=100, per_device=True,
+                                label=label, **styles[key])
     speedup.plot(counts, counts, label="linear", **LINEAR_STYLE)
     efficiency.axhline(100, label="linear", **LINEAR_STYLE)
     for axis, name in ((throughput, "Throughput"), (speedup, "Speedup vs 1 device"),
