@@ -16,7 +16,9 @@ from scaling.errors import ScalingError
 from scaling.execute.store import ResultStore
 from scaling.maxbatch.search import write_maxbatch_csv
 from scaling.report.provenance import note_command
-from scaling.report.tables import cost_tables, report, scaling_tables, thread_tables
+from scaling.report.baseline import overhead_table
+from scaling.report.tables import (cost_tables, curve_label, report, scaling_tables, series_key,
+                                   thread_tables)
 from scaling.units import format_bytes
 
 # Piped output (a log, a notebook cell) is not cut to 80 columns, so wide tables stay whole.
@@ -67,7 +69,9 @@ def print_report(out_dir, prices: Optional[Dict[str, float]] = None) -> List[Dic
     if not records:
         raise ScalingError(f"no results in {out_dir}")
     rows, path = report(out_dir, records, prices)
-    for table in [*scaling_tables(rows), *thread_tables(rows), *cost_tables(rows)]:
+    overhead = overhead_table(rows, lambda row: curve_label(series_key(row)))
+    for table in [*scaling_tables(rows), *([overhead] if overhead else []),
+                  *thread_tables(rows), *cost_tables(rows)]:
         console.print(table)
     console.print(f"wrote {path}")
     return rows

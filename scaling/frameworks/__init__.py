@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 from scaling import PROJECT_ROOT
 from scaling.registry import Registry

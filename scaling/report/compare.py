@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from scaling.errors import ScalingError
-from scaling.report.tables import curve_fields, figure_interval
+from scaling.report.baseline import figure_interval
+from scaling.report.tables import curve_fields
 
 VERDICTS = ("regression", "improvement", "within noise", "same", "still failing")
 COMPARE_COLUMNS = ["framework", "launcher", "workload", "batch_size", "image_size",

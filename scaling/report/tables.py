@@ -1,11 +1,13 @@
 """Speedup and efficiency against a measured one-device baseline, as tables and CSV.
 
 Scaling here is weak scaling: the per-device batch is fixed, so N devices process N times the
-images per step. Speedup = images/sec on N devices / images/sec on one device of the same curve:
-the same framework and its version, launcher, workload, per-device batch, image size, device
-type and options. Efficiency = speedup / N. Only sweep cells make curves and baselines (never
-max-batch trials). A cell with no successful one-device baseline has no speedup, and a failed
-cell shows its status; neither is ever shown as 0.
+images per step. Speedup = images/sec on N devices / images/sec of the curve's baseline: the
+``single`` cell (one device, no data-parallel wrapper) of the same framework and its version,
+workload, per-device batch, image size, device type, options, threads and mode, or the
+curve's own one-device point where that cell did not run (see ``scaling.report.baseline``).
+Efficiency = speedup / N. Only sweep cells make curves and baselines (never max-batch trials).
+A cell with no successful baseline has no speedup, and a failed cell shows its status; neither
+is ever shown as 0.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from typing import Dict, List, Optional, Tuple
 
 from rich.table import Table
 
+from scaling.report.baseline import baselines, figure_interval
 from scaling.report.cost import sweep_prices, with_costs
 from scaling.schema import CSV_COLUMNS
-from scaling.uncertainty import ratio_interval, repeats_interval
+from scaling.uncertainty import ratio_interval
 
 SUSPECT_EFFICIENCY = 1.05
 """Efficiency above this is beyond linear scaling: contention in the baseline, or noise."""
@@ -85,23 +88,6 @@ def series_key(row: Dict) -> Tuple:
     return (*baseline_key(row), row.get("nodes", 1))
 
 
-def figure_interval(group: List[Dict]) -> Optional[List[float]]:
-    """The 95% interval of the figure of a group of ok repeats: over the repeats where there
-    are several, the record's own (from its chunk times) otherwise."""
-    if len(group) > 1:
-        return repeats_interval([row["images_per_sec"] for row in group])
-    return group[0].get("images_per_sec_ci95")
-
-
-def baselines(rows: List[Dict]) -> Dict[Tuple, Tuple[float, Optional[List[float]]]]:
-    """Median one-device images/sec of each curve over its successful repeats, and its
-    interval."""
-    ones = defaultdict(list)
-    for row in rows:
-        if row["total_devices"] == 1 and row["status"] == "ok":
-            ones[baseline_key(row)].append(row)
-    return {key: (statistics.median(row["images_per_sec"] for row in group),
-                  figure_interval(group)) for key, group in ones.items()}
 
 
 def suspect_reason(images_per_sec: float, interval: Optional[List[float]],
@@ -149,11 +135,13 @@ def speedup_vs_linear(images_per_sec: Optional[float], baseline: Optional[float]
 
 
 def scaling_interval(speedup: Optional[float], interval: Optional[List[float]],
-                     images_per_sec: Optional[float], baseline: Tuple, devices: int) -> Dict:
-    """Speedup and efficiency bounds; None where either figure has no interval, and on one
-    device, whose speedup is 1 by definition."""
+                     images_per_sec: Optional[float], baseline: Tuple, devices: int,
+                     own_baseline: bool) -> Dict:
+    """Speedup and efficiency bounds; None where either figure has no interval, and for the
+    point that is its curve's own baseline (``own_baseline``), whose speedup is 1 by
+    definition."""
     bounds = None
-    if speedup is not None and devices > 1:
+    if speedup is not None and not own_baseline:
         bounds = ratio_interval(speedup, interval, images_per_sec, baseline[1], baseline[0])
     low, high = bounds or (None, None)
     return {"speedup_low": low, "speedup_high": high,
@@ -166,19 +154,32 @@ def with_scaling(records: List[Dict]) -> List[Dict]:
     ``framework_version``, the baseline, speedup and efficiency, their intervals, and
     ``suspect``."""
     rows = with_framework_versions(records)
-    base = baselines(rows)
+    base = baselines(rows, baseline_key)
     for row in rows:
-        baseline = base.get(baseline_key(row), (None, None))
+        found = base.get(baseline_key(row))
+        baseline = (found.images_per_sec, found.ci95) if found else (None, None)
         ips = row["images_per_sec"] if row["status"] == "ok" else None
         speedup, efficiency = speedup_vs_linear(ips, baseline[0], row["total_devices"])
         interval = row.get("images_per_sec_ci95") if ips is not None else None
+        overhead = found.parallel_overhead_ci95 if found else None
         row.update(baseline_images_per_sec=baseline[0], speedup=speedup, efficiency=efficiency,
                    images_per_sec_low=interval[0] if interval else None,
                    images_per_sec_high=interval[1] if interval else None,
                    baseline_ci95=baseline[1],
+                   baseline_launcher=found.launcher if found else None,
+                   baseline_reason=found.reason if found else None,
+                   parallel_overhead=found.parallel_overhead if found else None,
+                   parallel_overhead_low=overhead[0] if overhead else None,
+                   parallel_overhead_high=overhead[1] if overhead else None,
                    suspect=suspect_reason(ips, interval, efficiency) if ips else None,
-                   **scaling_interval(speedup, interval, ips, baseline, row["total_devices"]))
+                   **scaling_interval(speedup, interval, ips, baseline, row["total_devices"],
+                                      own_baseline(row)))
     return rows
+
+
+def own_baseline(row: Dict) -> bool:
+    """Whether the row is its curve's baseline: a one-device point measured against itself."""
+    return row["total_devices"] == 1 and row.get("baseline_launcher") in (None, row["launcher"])
 
 
 def write_csv(rows: List[Dict], path) -> None:
@@ -216,7 +217,8 @@ def cell_summary(group: List[Dict]) -> Dict:
         "plus_minus": (interval[1] - interval[0]) / 2 if interval else None,
         "speedup": speedup,
         "efficiency": efficiency,
-        **scaling_interval(speedup, interval, images_per_sec, baseline, devices),
+        **scaling_interval(speedup, interval, images_per_sec, baseline, devices,
+                           own_baseline(ok[0])),
         "suspect": suspect_reason(images_per_sec, interval, efficiency),
         "noisy": "; ".join(dict.fromkeys(row["noise"] for row in ok if row.get("noisy")))
         or None,

@@ -1,0 +1,126 @@
+"""Each curve's baseline, and what going parallel costs at one device.
+
+A curve (a launcher's cells of one framework, workload, batch, image size, device type,
+options, threads and mode) is measured against the ``single`` cell that shares all of these but
+the launcher: one process on one device with no data-parallel wrapper, and only the options of
+the framework (a launcher's own, such as Horovod's timeline, do not apply to it). Where that
+cell did not run or failed, the launcher's own one-device point is the baseline, and the row
+says why. ``parallel_overhead`` = 1 - (launcher at one device / single): what the wrapper costs
+before any second device is there.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+from rich.table import Table
+
+from scaling.frameworks import FRAMEWORKS
+from scaling.uncertainty import ratio_interval, repeats_interval
+
+BASELINE_LAUNCHER = "single"
+"""The launcher of every curve's baseline."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    launcher: str
+    """``single``, or the curve's own launcher where no ``single`` cell is ok."""
+    images_per_sec: float
+    ci95: Optional[List[float]]
+    reason: Optional[str] = None
+    """Why the curve is not measured against ``single``, or None."""
+    parallel_overhead: Optional[float] = None
+    parallel_overhead_ci95: Optional[List[float]] = None
+
+
+def figure_interval(group: List[Dict]) -> Optional[List[float]]:
+    """The 95% interval of the figure of a group of ok repeats: over the repeats where there
+    are several, the record's own (from its chunk times) otherwise."""
+    if len(group) > 1:
+        return repeats_interval([row["images_per_sec"] for row in group])
+    return group[0].get("images_per_sec_ci95")
+
+
+def single_key(row: Dict) -> Tuple:
+    """What a curve's ``single`` baseline shares with it: everything but the launcher, the
+    device and node counts, and the launcher's own options."""
+    framework_options = FRAMEWORKS.get(row["framework"]).options \
+        if row["framework"] in FRAMEWORKS else {}
+    options = {key: value for key, value in (row.get("options") or {}).items()
+               if key in framework_options}
+    threads = row.get("threads_per_device") if row["device_type"] == "cpu" else None
+    return (row.get("variant") or row["framework"], row["framework_version"], row["workload"],
+            row["batch_size"], row["image_size"], row["device_type"],
+            json.dumps(options, sort_keys=True), threads, row.get("mode", "train"))
+
+
+def _median_figure(group: List[Dict]) -> Tuple[float, Optional[List[float]]]:
+    return statistics.median(row["images_per_sec"] for row in group), figure_interval(group)
+
+
+def _overhead(own: Tuple[float, Optional[List[float]]],
+              single: Tuple[float, Optional[List[float]]]) -> Tuple[float, Optional[List[float]]]:
+    ratio = own[0] / single[0]
+    bounds = ratio_interval(ratio, own[1], own[0], single[1], single[0])
+    return 1 - ratio, [1 - bounds[1], 1 - bounds[0]] if bounds else None
+
+
+def _reason(single_rows: List[Dict]) -> str:
+    if not single_rows:
+        return "no single cell was measured"
+    failed = single_rows[0]
+    return f"the single cell ended {failed['status']}: {failed.get('error') or ''}".rstrip(": ")
+
+
+def baselines(rows: List[Dict], curve_key: Callable[[Dict], Tuple]) -> Dict[Tuple, Baseline]:
+    """The baseline of each curve (rows that share ``curve_key``) that has one."""
+    singles, own = defaultdict(list), defaultdict(list)
+    for row in rows:
+        if row["launcher"] == BASELINE_LAUNCHER and row["total_devices"] == 1:
+            singles[single_key(row)].append(row)
+        if row["total_devices"] == 1 and row["status"] == "ok":
+            own[curve_key(row)].append(row)
+    found = {}
+    for row in rows:
+        key = curve_key(row)
+        if key in found:
+            continue
+        single_rows = singles.get(single_key(row), [])
+        single_ok = [r for r in single_rows if r["status"] == "ok"]
+        own_figure = _median_figure(own[key]) if own[key] else None
+        if single_ok:
+            figure = _median_figure(single_ok)
+            overhead = _overhead(own_figure, figure) if own_figure \
+                and row["launcher"] != BASELINE_LAUNCHER else (None, None)
+            found[key] = Baseline(BASELINE_LAUNCHER, *figure, None, *overhead)
+        elif own_figure:
+            found[key] = Baseline(row["launcher"], *own_figure, _reason(single_rows))
+    return found
+
+
+def overhead_table(rows: List[Dict], label: Callable[[Dict], str]) -> Optional[Table]:
+    """What going parallel costs at one device, per launcher: each curve's one-device images/sec
+    against its ``single`` baseline; None when no curve has one. ``label`` names a row's
+    curve."""
+    lines = {}
+    for row in rows:
+        if row.get("parallel_overhead") is not None and row["total_devices"] == 1 \
+                and row["status"] == "ok":
+            lines.setdefault(label(row), row)
+    if not lines:
+        return None
+    table = Table(title="What going parallel costs at one device: each launcher against "
+                        "single")
+    for header in ("curve", "single images/sec", "parallel overhead (95% interval)"):
+        table.add_column(header, justify="left" if header == "curve" else "right")
+    for name, row in sorted(lines.items()):
+        low, high = row.get("parallel_overhead_low"), row.get("parallel_overhead_high")
+        spread = f" [{low:+.1%}, {high:+.1%}]" if low is not None else ""
+        table.add_row(name, f"{row['baseline_images_per_sec']:,.1f}",
+                      f"{row['parallel_overhead']:+.1%}{spread}")
+    return table
