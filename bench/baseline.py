@@ -15,7 +15,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from benchlib import harness_record, machine
+from benchlib import alternating, harness_record, machine
 
 from scaling.launchers import default_python, launchers_of
 from scaling.uncertainty import ratio_interval, repeats_interval
@@ -31,13 +31,8 @@ def one_run(framework: str, launcher: str, threads: int, repeat: int, scratch: P
 
 
 def pair(framework: str, launcher: str, runs: int, threads: int, scratch: Path) -> dict:
-    figures = {"single": [], launcher: []}
-    for repeat in range(runs):
-        order = ("single", launcher) if repeat % 2 == 0 else (launcher, "single")
-        for side in order:
-            figures[side].append(one_run(framework, side, threads, repeat, scratch))
-        print(f"{framework} run {repeat}: single {figures['single'][-1]:.2f}, {launcher} "
-              f"{figures[launcher][-1]:.2f}", flush=True)
+    figures = alternating(runs, ("single", launcher), lambda side, repeat: one_run(
+        framework, side, threads, repeat, scratch), label=framework)
     single, wrapped = (statistics.median(figures[side]) for side in ("single", launcher))
     single_ci, wrapped_ci = (repeats_interval(figures[side]) for side in ("single", launcher))
     ratio = wrapped / single

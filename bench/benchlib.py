@@ -13,6 +13,20 @@ def machine() -> dict:
             "python": platform.python_version()}
 
 
+def alternating(runs: int, sides, measure, label: str = "") -> dict:
+    """``measure(side, repeat)`` for each side, ``runs`` times, the order of the sides reversed
+    in every other run so that drift in the machine's load hits both alike; each side's
+    figures in run order."""
+    figures = {side: [] for side in sides}
+    for repeat in range(runs):
+        for side in (sides if repeat % 2 == 0 else sides[::-1]):
+            figures[side].append(measure(side, repeat))
+        print(f"{label} run {repeat}: " + ", ".join(
+            f"{side if isinstance(side, str) else '/'.join(side)} {values[-1]:.2f}"
+            for side, values in figures.items()), flush=True)
+    return figures
+
+
 def harness_record(scratch: Path, **fields) -> dict:
     """Run one CPU cell through the harness; stop the benchmark if it is not ok."""
     watch = fields.pop("watch", None)

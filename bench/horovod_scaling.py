@@ -21,11 +21,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import harness_record, machine
+from benchlib import alternating, harness_record, machine
 from scaling.launchers import default_python
 
 HERE = Path(__file__).resolve().parent
@@ -78,15 +77,9 @@ def main():
         for workload in args.workloads.split(","):
             for pair in args.pairs.split(","):
                 first, second = PAIRS[pair]
-                figures = {first: [], second: []}
-                for repeat in range(args.runs):
-                    for side in (first, second) if repeat % 2 == 0 else (second, first):
-                        figures[side].append(one_run(side, workload, SHAPES[workload],
-                                                     args.warmup, args.devices, repeat,
-                                                     Path(scratch)))
-                    print(f"{workload} {pair} run {repeat}: " + ", ".join(
-                        f"{'/'.join(side)} {values[-1]:.1f}" for side, values in figures.items()),
-                        flush=True)
+                figures = alternating(args.runs, (first, second), lambda side, repeat: one_run(
+                    side, workload, SHAPES[workload], args.warmup, args.devices, repeat,
+                    Path(scratch)), label=f"{workload} {pair}")
                 medians = {side: statistics.median(values) for side, values in figures.items()}
                 results.append({
                     "workload": workload, **SHAPES[workload], "pair": pair,
