@@ -22,11 +22,12 @@ pytestmark = pytest.mark.skipif(not Path(MXNET_PYTHON).exists(),
                                 reason=f"no MXNet environment at {MXNET_PYTHON} (make mxnet-env)")
 
 
-def run_mx(out_dir, workload="cifar10", devices=1, batch=8, size=32, steps=3, extra=()):
+def run_mx(out_dir, workload="cifar10", devices=1, batch=8, size=32, steps=3, warmup=2,
+           extra=()):
     result = scaling_cli(
         "run", "--framework", "mxnet", "--launcher", "mxnet-kvstore", "--workload", workload,
         "--devices", devices, "--batch-size", batch, "--image-size", size, "--steps", steps,
-        "--warmup", 2, "--device-type", "cpu", "--timeout", 300, "--out", out_dir, *extra,
+        "--warmup", warmup, "--device-type", "cpu", "--timeout", 300, "--out", out_dir, *extra,
     )
     assert result.returncode in (0, 1), result.stderr
     record = read_records(out_dir)[-1]
@@ -34,9 +35,25 @@ def run_mx(out_dir, workload="cifar10", devices=1, batch=8, size=32, steps=3, ex
     return record
 
 
+@pytest.fixture(scope="module")
+def contexts_sweep(tmp_path_factory):
+    """One sweep of CIFAR-10 at 32x32 (its nominal size), batch 8, 4 steps, on 1 and 2 devices
+    under torchrun and mxnet-kvstore: its result and its records."""
+    folder = tmp_path_factory.mktemp("contexts")
+    config = write_sweep(folder / "mixed.yaml", frameworks={
+        "torch": {"launchers": ["torchrun"]},
+        "mxnet": {"launchers": ["mxnet-kvstore"], "python": MXNET_PYTHON},
+    }, devices=[1, 2], batch_sizes=[8], image_size=32, steps=4, warmup=2, timeout_s=300)
+    result = scaling_cli("sweep", config, "--out", folder / "out")
+    assert result.returncode == 0, result.stderr
+    return result, read_records(folder / "out")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("devices", [1, 2])
-def test_cifar10_over_cpu_contexts(out_dir, devices):
-    record = run_mx(out_dir, devices=devices, steps=4)
+def test_cifar10_over_cpu_contexts(contexts_sweep, devices):
+    [record] = [r for r in contexts_sweep[1]
+                if (r["framework"], r["devices"]) == ("mxnet", devices)]
     assert record["status"] == "ok", record["error"]
     assert record["params"] == 1_756_426
     assert record["versions"]["mxnet"] == "1.9.1"
@@ -51,10 +68,11 @@ def test_cifar10_over_cpu_contexts(out_dir, devices):
     ("alexnet", 63), ("googlenet", 32), ("resnet50", 32), ("inception_v3", 75),
 ])
 def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size):
-    record = run_mx(out_dir, workload=workload, batch=2, size=size, steps=2)
+    record = run_mx(out_dir, workload=workload, batch=2, size=size, steps=1, warmup=1)
     assert record["status"] == "ok", record["error"]
 
 
+@pytest.mark.slow
 def test_gluon_workloads_match_pytorch_parameter_counts_within_one_percent():
     script = """
 import json
@@ -82,13 +100,15 @@ print(json.dumps(counts))
 
 
 def test_allocation_over_the_memory_cap_is_oom(out_dir):
-    record = run_mx(out_dir, devices=2, batch=4096, steps=1, extra=("--memory-limit", "1GiB"))
+    record = run_mx(out_dir, devices=2, batch=4096, steps=1, warmup=1,
+                    extra=("--memory-limit", "1GiB"))
     assert record["status"] == "oom"
     assert "MXNetError" in record["error"] and "allocate" in record["error"]
 
 
 def test_kvstore_choice_is_recorded_and_checked(out_dir):
-    record = run_mx(out_dir, devices=2, steps=2, extra=("--option", "kvstore=device"))
+    record = run_mx(out_dir, devices=2, batch=2, size=16, steps=1, warmup=1,
+                    extra=("--option", "kvstore=device"))
     assert record["status"] == "ok", record["error"]
     assert rank_reports(record)[0]["kvstore"] == "device"
     refused = scaling_cli("run", "--framework", "mxnet", "--launcher", "mxnet-kvstore",
@@ -98,7 +118,7 @@ def test_kvstore_choice_is_recorded_and_checked(out_dir):
 
 
 def test_amp_runs_where_the_cpu_has_bf16_and_says_why_not_elsewhere(out_dir):
-    record = run_mx(out_dir, steps=2, extra=("--option", "amp=true"))
+    record = run_mx(out_dir, batch=2, size=16, steps=1, warmup=1, extra=("--option", "amp=true"))
     assert record["options"] == {"amp": True}
     if cpu_has_bf16():
         assert record["status"] == "ok", record["error"]
@@ -107,14 +127,9 @@ def test_amp_runs_where_the_cpu_has_bf16_and_says_why_not_elsewhere(out_dir):
         assert "need a CPU with AVX512-BF16 or AMX-BF16" in record["error"]
 
 
-def test_mixed_sweep_reports_torch_and_mxnet_rows(tmp_path, out_dir):
-    config = write_sweep(tmp_path / "mixed.yaml", frameworks={
-        "torch": {"launchers": ["torchrun"]},
-        "mxnet": {"launchers": ["mxnet-kvstore"], "python": MXNET_PYTHON},
-    }, devices=[1, 2], image_size=32)
-    result = scaling_cli("sweep", config, "--out", out_dir)
-    assert result.returncode == 0, result.stderr
-    records = read_records(out_dir)
+@pytest.mark.slow
+def test_mixed_sweep_reports_torch_and_mxnet_rows(contexts_sweep):
+    result, records = contexts_sweep
     assert {(r["framework"], r["devices"], r["status"]) for r in records} == {
         ("torch", 1, "ok"), ("torch", 2, "ok"), ("mxnet", 1, "ok"), ("mxnet", 2, "ok")}
     table_rows = [line for line in result.stdout.splitlines() if "│" in line]
@@ -122,13 +137,14 @@ def test_mixed_sweep_reports_torch_and_mxnet_rows(tmp_path, out_dir):
     assert any("torch" in line and "torchrun" in line for line in table_rows)
 
 
+@pytest.mark.slow
 def test_missing_mxnet_environment_fails_fast_while_other_cells_run(tmp_path, out_dir):
     config = write_sweep(tmp_path / "missing.yaml", frameworks={
         "mxnet": {"launchers": ["mxnet-kvstore"], "python": str(tmp_path / "no-venv/bin/python")},
         "torch": {"launchers": ["torchrun"]},
-    })
+    }, steps=1)
     result = scaling_cli("sweep", config, "--out", out_dir)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # every cell ran; an environment is missing
     by_framework = {r["framework"]: r for r in read_records(out_dir)}
     assert by_framework["torch"]["status"] == "ok"
     mxnet = by_framework["mxnet"]

@@ -8,6 +8,10 @@ import pytest
 
 from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok, write_sweep
 
+OPTIONS = {"plain": (), "amp": ("--option", "amp=true"),
+           "channels_last": ("--option", "channels_last=true")}
+"""The torch cells that the option tests read, by name: their command-line options."""
+
 
 def run_torch(out_dir, *extra, workload="cifar10", size=16, batch=4, steps=3):
     scaling_cli_ok("run", "--workload", workload, "--image-size", size, "--batch-size", batch,
@@ -18,30 +22,42 @@ def run_torch(out_dir, *extra, workload="cifar10", size=16, batch=4, steps=3):
     return record, rank_reports(record)[0]
 
 
-def test_torch_amp_on_cpu_autocasts_to_bf16(out_dir):
-    record, report = run_torch(out_dir, "--option", "amp=true")
+@pytest.fixture(scope="module")
+def option_runs(tmp_path_factory):
+    """One folder with a one-step cell of each of :data:`OPTIONS`: the folder, and each cell's
+    record and rank report by name."""
+    out_dir = tmp_path_factory.mktemp("options") / "out"
+    return out_dir, {name: run_torch(out_dir, *extra, steps=1) for name, extra in OPTIONS.items()}
+
+
+@pytest.mark.slow
+def test_torch_amp_on_cpu_autocasts_to_bf16(option_runs):
+    record, report = option_runs[1]["amp"]
     assert record["options"] == {"amp": True}
     assert report["amp_dtype"] == "bfloat16"
 
 
-def test_torch_channels_last_is_recorded_as_nhwc(out_dir):
-    record, report = run_torch(out_dir, "--option", "channels_last=true")
+@pytest.mark.slow
+def test_torch_channels_last_is_recorded_as_nhwc(option_runs):
+    record, report = option_runs[1]["channels_last"]
     assert record["options"] == {"channels_last": True}
     assert report["layout"] == "NHWC"
 
 
+@pytest.mark.slow
+def test_options_are_part_of_the_cell_identity(option_runs):
+    out_dir, runs = option_runs
+    assert runs["plain"][0]["options"] == {}
+    assert len({record["cell"] for record, _ in runs.values()}) == len(OPTIONS)
+    assert len(read_records(out_dir)) == len(OPTIONS)
+
+
+@pytest.mark.slow
 def test_torch_compile_time_stays_out_of_the_window(out_dir):
     record, report = run_torch(out_dir, "--option", "compile=true")
     assert record["options"] == {"compile": True}
     assert report["compile_s"] > 0
     assert report["compile_s"] > record["timed_window_s"]
-
-
-def test_options_are_part_of_the_cell_identity(out_dir):
-    plain, _ = run_torch(out_dir, steps=1)
-    fast, _ = run_torch(out_dir, "--option", "channels_last=true", steps=1)
-    assert plain["cell"] != fast["cell"]
-    assert len(read_records(out_dir)) == 2
 
 
 @pytest.mark.parametrize("option, message", [
@@ -58,23 +74,32 @@ def test_unknown_options_and_values_are_refused_with_the_valid_ones(out_dir, opt
     assert not (out_dir / "results.jsonl").exists()
 
 
-def test_forward_is_faster_than_forward_backward_which_is_faster_than_train(out_dir):
-    step_times = {}
-    for mode in ("forward", "forward_backward", "train"):
-        record, _ = run_torch(out_dir, "--mode", mode, workload="alexnet", size=63, batch=2,
-                              steps=8)
-        assert record["mode"] == mode
-        step_times[mode] = record["step_time_median_s"]
+@pytest.fixture(scope="module")
+def modes_sweep(tmp_path_factory):
+    """A sweep of AlexNet at 63x63, batch 2, 8 steps, over the three modes: its folder and the
+    report command's output."""
+    folder = tmp_path_factory.mktemp("modes")
+    config = write_sweep(folder / "modes.yaml", workloads=["alexnet"], image_size=63,
+                         batch_sizes=[2], steps=8, timeout_s=600,
+                         modes=["forward", "forward_backward", "train"])
+    scaling_cli_ok("sweep", config, "--out", folder / "out")
+    return folder / "out", scaling_cli_ok("report", folder / "out")
+
+
+@pytest.mark.slow
+def test_forward_is_faster_than_forward_backward_which_is_faster_than_train(modes_sweep):
+    records = read_records(modes_sweep[0])
+    assert all(record["status"] == "ok" for record in records), records
+    step_times = {record["mode"]: record["step_time_median_s"] for record in records}
     assert step_times["forward"] < step_times["forward_backward"] < step_times["train"]
 
 
-def test_modes_are_a_sweep_axis_in_records_csv_and_report(tmp_path, out_dir):
-    config = write_sweep(tmp_path / "modes.yaml", modes=["forward", "train"])
-    scaling_cli_ok("sweep", config, "--out", out_dir)
-    assert sorted(r["mode"] for r in read_records(out_dir)) == ["forward", "train"]
-
-    result = scaling_cli_ok("report", out_dir)
-    assert "forward" in result.stdout
-    assert "s/batch" in result.stdout
+@pytest.mark.slow
+def test_modes_are_a_sweep_axis_in_records_csv_and_report(modes_sweep):
+    out_dir, report = modes_sweep
+    modes = ["forward", "forward_backward", "train"]
+    assert sorted(r["mode"] for r in read_records(out_dir)) == modes
+    assert "forward" in report.stdout
+    assert "s/batch" in report.stdout
     with open(out_dir / "results.csv") as table:
-        assert sorted(row["mode"] for row in csv.DictReader(table)) == ["forward", "train"]
+        assert sorted(row["mode"] for row in csv.DictReader(table)) == modes

@@ -2,7 +2,8 @@
 
 With ``profile`` on, every rank runs ``PROFILE_STEPS`` more steps under its framework's
 profiler (torch.profiler, TensorFlow's profiler, MXNet's profiler) after its timed window (the
-figure is never measured under the profiler) and writes ``cells/CELL/trace-rank{N}.json``. The span of those steps splits into:
+figure is never measured under the profiler) and writes ``cells/CELL/trace-rank{N}.json``. The
+span of those steps splits into:
 
 - ``compute``: time covered by compute work (GPU kernels on a GPU, operators on a CPU);
 - ``communication``: time covered by collectives and transfers between devices (allreduce,

@@ -13,8 +13,6 @@ network outside ``autograd.record``; ``forward_backward`` computes gradients and
 
 from __future__ import annotations
 
-import sys
-
 from scaling.workers import common
 from scaling.workers.loop import run_worker
 
@@ -24,6 +22,65 @@ def cpu_has_bf16() -> bool:
         flags = next((line.split(":", 1)[1].split() for line in cpuinfo
                       if line.startswith("flags")), [])
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+class KvstoreParallel:
+    """One process over all of its contexts; a kvstore Trainer aggregates their gradients."""
+
+    first_gpu = 0
+    versions: dict = {}
+
+    def __init__(self, cell: dict):
+        self.kvstore = cell["options"].get("kvstore",
+                                           "device" if cell["device_type"] == "gpu" else "local")
+
+    def trainer(self, gluon, params, optimizer: str, optimizer_params: dict):
+        return gluon.Trainer(params, optimizer, optimizer_params, kvstore=self.kvstore)
+
+    def total(self, mx, value: float) -> float:
+        """The sum of ``value`` over the cell's processes: this one holds every context."""
+        return value
+
+
+class HorovodParallel:
+    """One Horovod rank on one context: ``hvd.DistributedTrainer`` allreduces the gradients."""
+
+    kvstore = None
+
+    def __init__(self, cell: dict):
+        import horovod
+        import horovod.mxnet as hvd
+
+        self.hvd, self.versions = hvd, {"horovod": horovod.__version__}
+        hvd.init()
+        self.first_gpu = hvd.local_rank()
+
+    def trainer(self, gluon, params, optimizer: str, optimizer_params: dict):
+        """A trainer over ``params``, broadcast from rank 0 (they are initialized at the first
+        forward; the broadcast follows then)."""
+        self.hvd.broadcast_parameters(params, root_rank=0)
+        return self.hvd.DistributedTrainer(params, optimizer, optimizer_params)
+
+    def total(self, mx, value: float) -> float:
+        """The sum of ``value`` over the Horovod ranks."""
+        return float(self.hvd.allreduce(mx.nd.array([value]), op=self.hvd.Sum).asscalar())
+
+
+PARALLEL = {"kvstore": KvstoreParallel, "horovod": HorovodParallel}
+
+
+def init_amp(cell: dict):
+    """``mxnet.contrib.amp`` initialised for the cell's device, or None without ``amp``."""
+    if not cell["options"].get("amp"):
+        return None
+    gpu = cell["device_type"] == "gpu"
+    if not gpu and not cpu_has_bf16():
+        raise RuntimeError("MXNet amp on CPU runs bfloat16 oneDNN kernels, which need a "
+                           "CPU with AVX512-BF16 or AMX-BF16; this one has neither")
+    from mxnet.contrib import amp
+
+    amp.init(target_dtype="float16" if gpu else "bfloat16")
+    return amp
 
 
 class MxnetSession:
@@ -38,59 +95,44 @@ class MxnetSession:
         self.mx, self.autograd = mx, autograd
         self.mode = cell["mode"]
         self.gpu = cell["device_type"] == "gpu"
-        self.amp = None
-        if cell["options"].get("amp"):
-            if not self.gpu and not cpu_has_bf16():
-                raise RuntimeError("MXNet amp on CPU runs bfloat16 oneDNN kernels, which need a "
-                                   "CPU with AVX512-BF16 or AMX-BF16; this one has neither")
-            from mxnet.contrib import amp
-
-            amp.init(target_dtype="float16" if self.gpu else "bfloat16")
-            self.amp = amp
-        self.hvd = None
-        if cell["data_parallel"] == "horovod":
-            import horovod.mxnet as hvd
-
-            hvd.init()
-            self.hvd = hvd
-            self.contexts = [mx.gpu(hvd.local_rank()) if self.gpu else mx.cpu(0)]
-        else:
-            self.contexts = [mx.gpu(i) if self.gpu else mx.cpu(i)
-                             for i in range(cell["devices"])]
-        kvstore = cell["options"].get("kvstore", "device" if self.gpu else "local")
+        self.amp = init_amp(cell)
+        self.parallel = PARALLEL[cell["data_parallel"]](cell)
+        first = self.parallel.first_gpu
+        self.contexts = [mx.gpu(first + index) if self.gpu else mx.cpu(index)
+                         for index in range(cell["local_devices"])]
         workload = get_workload(cell["workload"])
-        size, batch = cell["image_size"], cell["batch_size"]
-        self.images_per_step = batch * len(self.contexts)
+        self.images_per_step = cell["batch_size"] * len(self.contexts)
+        self._build_model(gluon, cell, workload)
+        self._make_batch(gluon, cell["image_size"], workload)
+        report.update(
+            versions={"mxnet": mx.__version__, "cuda": mx.runtime.Features().is_enabled("CUDA"),
+                      **self.parallel.versions},
+            device_name=str(self.contexts[0]), layout="NCHW", hybridized=True,
+            kvstore=self.parallel.kvstore, contexts=len(self.contexts),
+        )
 
-        self.net = workload.builder(cell["models"])(size, workload.classes)
-        self.net.initialize(mx.init.Xavier(), ctx=self.contexts)
+    def _build_model(self, gluon, cell: dict, workload) -> None:
+        """The hybridized network on every context, and its data-parallel trainer."""
+        self.net = workload.builder(cell["models"])(cell["image_size"], workload.classes)
+        self.net.initialize(self.mx.init.Xavier(), ctx=self.contexts)
         self.net.hybridize(static_alloc=True, static_shape=True)
         optimizer_params = ({"learning_rate": 0.001} if workload.optimizer == "adam"
                             else {"learning_rate": 0.01, "momentum": 0.9})
-        if self.hvd:
-            # Parameters are initialized at the first forward; the broadcast follows then.
-            self.hvd.broadcast_parameters(self.net.collect_params(), root_rank=0)
-            self.trainer = self.hvd.DistributedTrainer(
-                self.net.collect_params(), workload.optimizer, optimizer_params)
-            kvstore = None
-        else:
-            self.trainer = gluon.Trainer(self.net.collect_params(), workload.optimizer,
-                                         optimizer_params, kvstore=kvstore)
+        self.trainer = self.parallel.trainer(gluon, self.net.collect_params(),
+                                             workload.optimizer, optimizer_params)
         if self.amp:
             self.amp.init_trainer(self.trainer)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def _make_batch(self, gluon, size: int, workload) -> None:
+        """One synthetic batch, split across the contexts once."""
+        nd = self.mx.nd
         self.images = gluon.utils.split_and_load(
-            mx.nd.random.uniform(shape=(self.images_per_step, workload.channels, size, size)),
+            nd.random.uniform(shape=(self.images_per_step, workload.channels, size, size)),
             self.contexts)
         self.labels = gluon.utils.split_and_load(
-            mx.nd.random.randint(0, workload.classes, shape=(self.images_per_step,))
+            nd.random.randint(0, workload.classes, shape=(self.images_per_step,))
             .astype("float32"), self.contexts)
-        report.update(
-            versions={"mxnet": mx.__version__, "cuda": mx.runtime.Features().is_enabled("CUDA"),
-                      **({"horovod": sys.modules["horovod"].__version__} if self.hvd else {})},
-            device_name=str(self.contexts[0]), layout="NCHW", hybridized=True, kvstore=kvstore,
-            contexts=len(self.contexts),
-        )
 
     def step(self) -> None:
         if self.mode == "forward":
@@ -109,19 +151,13 @@ class MxnetSession:
     def synchronize(self) -> None:
         self.mx.nd.waitall()
 
-    def _total(self, value: float) -> float:
-        """The sum of ``value`` over the Horovod ranks (itself, with one process)."""
-        if not self.hvd:
-            return value
-        return float(self.hvd.allreduce(self.mx.nd.array([value]), op=self.hvd.Sum).asscalar())
-
     def barrier(self) -> None:
         """Under Horovod, a collective every rank joins; one kvstore process holds every
         context, so there is no other rank to wait for."""
-        self._total(1.0)
+        self.parallel.total(self.mx, 1.0)
 
     def any_rank(self, flag: bool) -> bool:
-        return self._total(float(flag)) > 0
+        return self.parallel.total(self.mx, float(flag)) > 0
 
     def profile(self, steps: int, path: str) -> bool:
         profiler = self.mx.profiler
@@ -141,7 +177,7 @@ class MxnetSession:
             return {"params": params, "peak_memory_bytes": common.peak_rss_bytes(),
                     **common.cpu_memory_headroom()}
         # The pooled GPU allocator keeps what it has allocated, so use at the end is the peak.
-        info = [self.mx.context.gpu_memory_info(i) for i in range(len(self.contexts))]
+        info = [self.mx.context.gpu_memory_info(context.device_id) for context in self.contexts]
         used = max(total - free for free, total in info)
         return {"params": params, "peak_memory_bytes": used, "capped_memory_peak_bytes": used,
                 "memory_capacity_bytes": min(total for _, total in info)}

@@ -1,33 +1,29 @@
 """One TensorFlow process: ``python -m scaling.workers.tf_worker CELL_DIR``.
 
-The cell's ``data_parallel`` picks the mechanism: ``mirrored`` drives N devices with
-MirroredStrategy; ``multiworker`` is one worker of a MultiWorkerMirroredStrategy cluster
-described by TF_CONFIG; ``horovod`` is one Horovod rank on one device, under the default
-strategy, with ``hvd.DistributedGradientTape`` and the variables broadcast from rank 0 (for
-TensorFlow 2.15, which Horovod 0.28.1 builds against). The step is a ``tf.function`` run through
-``strategy.run``; warm-up covers tracing and compilation. Steps are
-not waited for one by one: at chunk boundaries the last step's loss is materialized on the
-host, which waits for every step queued before it. Modes: ``forward`` runs
-the model with ``training=False`` and no tape; ``forward_backward`` computes the gradients and
-applies none.
+The cell's ``data_parallel`` picks the mechanism (``scaling.workers.tf_strategies``):
+``mirrored`` drives N devices with MirroredStrategy; ``multiworker`` is one worker of a
+MultiWorkerMirroredStrategy cluster described by TF_CONFIG; ``horovod`` is one Horovod rank on
+one device. The step is a ``tf.function`` run through ``strategy.run``; warm-up covers tracing
+and compilation. Steps are not waited for one by one: at chunk boundaries the last step's loss
+is materialized on the host, which waits for every step queued before it. Modes: ``forward``
+runs the model with ``training=False`` and no tape; ``forward_backward`` computes the gradients
+and applies none. Options: ``xla`` (``jit_compile``) and ``mixed_precision`` (the
+``mixed_float16`` policy, with loss scaling).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import sys
 from typing import Optional
 
-from scaling.workers import common
+from scaling.workers import common, tf_profile
 from scaling.workers.loop import run_worker
-
-TF_OPERATION = re.compile(r"^[^\s:]+:[A-Za-z_]\w*$")
-"""A TensorFlow operation in the profiler's host plane: ``scope/name:Type``."""
+from scaling.workers.tf_strategies import STRATEGIES
 
 
-def configure_devices(tf, cell: dict, local_devices: int, first_gpu: int = 0):
-    """Create the logical devices (before TensorFlow initialises) and return their names."""
+def configure_devices(tf, cell: dict, local_devices: int, first_gpu: int):
+    """Create the logical devices (before TensorFlow initialises) and return their names: the
+    ``local_devices`` GPUs from the machine's ``first_gpu`` on, or as many logical CPU devices."""
     tf.config.threading.set_intra_op_parallelism_threads(
         cell["threads_per_device"] * local_devices)
     # Under a memory cap, ops run one at a time so that the peak, and so OOM, is repeatable.
@@ -41,21 +37,6 @@ def configure_devices(tf, cell: dict, local_devices: int, first_gpu: int = 0):
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(local_devices)])
     return [f"/cpu:{index}" for index in range(local_devices)]
-
-
-def make_strategy(tf, cell: dict, devices):
-    if cell["data_parallel"] == "horovod":
-        return tf.distribute.get_strategy()
-    if cell["data_parallel"] == "mirrored":
-        reduce_ops = (tf.distribute.NcclAllReduce() if cell["device_type"] == "gpu"
-                      else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
-        return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=reduce_ops)
-    implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL
-                      if cell["device_type"] == "gpu"
-                      else tf.distribute.experimental.CommunicationImplementation.RING)
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=implementation))
 
 
 def cap_cpu_allocator(cell: dict, local_devices: int) -> None:
@@ -73,7 +54,28 @@ def cap_cpu_allocator(cell: dict, local_devices: int) -> None:
             TF_CPU_BFC_MEM_LIMIT_IN_MB=str(cell["memory_limit"] * local_devices // 2**20))
 
 
-def memory_report(tf, cell: dict, devices) -> dict:
+def refuse_unrunnable_options(cell: dict) -> None:
+    if cell["options"].get("xla") and cell["options"].get("mixed_precision") \
+            and cell["device_type"] == "cpu":
+        raise RuntimeError(
+            "xla and mixed_precision together do not run on CPU: XLA's CPU compiler refuses "
+            "the mixed float16/float32 ops of mixed_float16 ('Seen floating point types of "
+            "different precisions ... but mixed precision is disallowed'); use one of them")
+
+
+def gpu_memory_totals(first_gpu: int, count: int) -> list:
+    """Total memory of the machine's GPUs ``first_gpu`` on, in bytes; empty without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return [pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).total
+                for index in range(first_gpu, first_gpu + count)]
+    except Exception:  # no library, no driver, no such device: the capacity is unknown
+        return []
+
+
+def memory_report(tf, cell: dict, devices, first_gpu: int) -> dict:
     if cell["device_type"] != "gpu":
         peak_rss = common.peak_rss_bytes()
         if not cell["memory_limit"]:
@@ -83,79 +85,94 @@ def memory_report(tf, cell: dict, devices) -> dict:
         return {"peak_memory_bytes": peak_rss,
                 "capped_memory_peak_bytes": tf.config.experimental.get_memory_info("CPU:0")["peak"],
                 "memory_capacity_bytes": int(os.environ["TF_CPU_BFC_MEM_LIMIT_IN_MB"]) * 2**20}
-    from scaling.hardware import query_gpus
-
     peaks = [tf.config.experimental.get_memory_info(name.lstrip("/").upper())["peak"]
              for name in devices]
-    totals = [int(gpu["memory_total_mib"]) * 2**20 for gpu in query_gpus()[:len(devices)]]
+    totals = gpu_memory_totals(first_gpu, len(devices))
     return {"peak_memory_bytes": max(peaks), "capped_memory_peak_bytes": max(peaks),
             "memory_capacity_bytes": min(totals) if totals else None}
 
+
+def loss_scaling(optimizer, mixed_precision: bool):
+    """(scale the loss, unscale the gradients) for ``optimizer``.
+
+    Keras 3 scales the loss with ``scale_loss`` and unscales in ``apply_gradients``; Keras 2
+    (TensorFlow 2.15, which Horovod builds against) scales and unscales by hand."""
+    if not mixed_precision:
+        return (lambda loss: loss), (lambda grads: grads)
+    if hasattr(optimizer, "scale_loss"):
+        return optimizer.scale_loss, (lambda grads: grads)
+    return optimizer.get_scaled_loss, optimizer.get_unscaled_gradients
 
 
 class TensorFlowSession:
     """A Keras model under a tf.distribute strategy, with one synthetic batch per replica."""
 
     def __init__(self, cell: dict, report: dict, rank: int = 0):
-        self.cell, self.rank = cell, rank
-        local_devices = cell["local_devices"]
-        cap_cpu_allocator(cell, local_devices)
+        self.cell, self.rank, self.mode = cell, rank, cell["mode"]
+        cap_cpu_allocator(cell, cell["local_devices"])
         import tensorflow as tf
 
         self.tf = tf
-        options = cell["options"]
-        if options.get("xla") and options.get("mixed_precision") and cell["device_type"] == "cpu":
-            raise RuntimeError(
-                "xla and mixed_precision together do not run on CPU: XLA's CPU compiler refuses "
-                "the mixed float16/float32 ops of mixed_float16 ('Seen floating point types of "
-                "different precisions ... but mixed precision is disallowed'); use one of them")
-        hvd = None
-        if cell["data_parallel"] == "horovod":
-            if options.get("xla"):
-                raise RuntimeError(
-                    "xla does not run under Horovod: its allreduce inside the jit-compiled step "
-                    "has no XLA kernel in this build; run horovod without xla")
-            import horovod.tensorflow as hvd
-
-            hvd.init()
-        self.devices = configure_devices(tf, cell, local_devices,
-                                         first_gpu=hvd.local_rank() if hvd else 0)
-        strategy = make_strategy(tf, cell, self.devices)
-
+        refuse_unrunnable_options(cell)
+        self.parallel = STRATEGIES[cell["data_parallel"]](tf, cell)
+        self.devices = configure_devices(tf, cell, cell["local_devices"],
+                                         first_gpu=self.parallel.first_gpu)
+        strategy = self.parallel.make_strategy(self.devices)
         import keras  # after the devices are configured: importing it initialises TensorFlow
 
         from workloads import get_workload
 
-        if options.get("mixed_precision"):
-            keras.mixed_precision.set_global_policy("mixed_float16")
         workload = get_workload(cell["workload"])
-        size, batch = cell["image_size"], cell["batch_size"]
-        global_batch = batch * strategy.num_replicas_in_sync
+        self._build_model(keras, strategy, workload)
+        report.update(self._description(keras, strategy))
+        self.images_per_step = cell["batch_size"] * cell["local_devices"]
+        self._step = self._step_function(strategy, workload)
+        self._total, self._last = self.parallel.sum_function(strategy), None
+
+    def _build_model(self, keras, strategy, workload) -> None:
+        """The model and its optimizer under ``strategy``'s scope, the same on every process."""
+        mixed_precision = bool(self.cell["options"].get("mixed_precision"))
+        if mixed_precision:
+            keras.mixed_precision.set_global_policy("mixed_float16")
         with strategy.scope():
-            model = workload.builder(cell["models"])(size, workload.classes)
+            self.model = workload.builder(self.cell["models"])(self.cell["image_size"],
+                                                               workload.classes)
             optimizer = (keras.optimizers.Adam(learning_rate=0.001)
                          if workload.optimizer == "adam"
                          else keras.optimizers.SGD(learning_rate=0.01, momentum=0.9))
-            if options.get("mixed_precision"):
+            if mixed_precision:
                 optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
-        if hvd:
-            hvd.broadcast_variables(model.variables, root_rank=0)
-        report.update(
-            params=sum(int(tf.size(v)) for v in model.trainable_variables),
+        self.optimizer = optimizer
+        self.scale_loss, self.unscale = loss_scaling(optimizer, mixed_precision)
+        self.parallel.broadcast(self.model.variables)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction="none")
+        self.global_batch = self.cell["batch_size"] * strategy.num_replicas_in_sync
+
+    def _description(self, keras, strategy) -> dict:
+        """What the rank report says about the model, its devices and its software."""
+        tf, cell = self.tf, self.cell
+        build = tf.sysconfig.get_build_info()
+        return dict(
+            params=sum(int(tf.size(v)) for v in self.model.trainable_variables),
             versions={"tensorflow": tf.__version__, "keras": keras.__version__,
-                      **({"horovod": sys.modules["horovod"].__version__} if hvd else {}),
-                      **{k: v for k, v in tf.sysconfig.get_build_info().items()
-                         if k in ("cuda_version", "cudnn_version")}},
+                      **self.parallel.versions(),
+                      **{k: v for k, v in build.items() if k in ("cuda_version", "cudnn_version")}},
             device_name=self.devices[0] if cell["device_type"] == "cpu"
             else tf.config.experimental.get_device_details(
-                tf.config.list_physical_devices("GPU")[0]).get("device_name", "gpu"),
-            layout="NHWC", local_devices=local_devices,
-            replicas=hvd.size() if hvd else strategy.num_replicas_in_sync,
+                tf.config.list_physical_devices("GPU")[self.parallel.first_gpu]
+            ).get("device_name", "gpu"),
+            layout="NHWC", local_devices=cell["local_devices"],
+            replicas=self.parallel.replicas(strategy),
             threads="one intra-op pool of threads_per_device x local devices, shared by the "
                     "process's logical devices",
-            xla=bool(options.get("xla")), mixed_precision=bool(options.get("mixed_precision")),
+            xla=bool(cell["options"].get("xla")),
+            mixed_precision=bool(cell["options"].get("mixed_precision")),
         )
-        self.images_per_step = batch * local_devices
+
+    def _step_function(self, strategy, workload):
+        """One step over every replica of the process, on a synthetic batch made once."""
+        tf, size, batch = self.tf, self.cell["image_size"], self.cell["batch_size"]
 
         def synthetic(context):
             images = tf.random.uniform([batch, size, size, workload.channels])
@@ -163,51 +180,32 @@ class TensorFlowSession:
             return images, labels
 
         images, labels = strategy.experimental_distribute_values_from_function(synthetic)
-        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-
-        mode = cell["mode"]
-
-        # Keras 3 scales the loss with scale_loss and unscales in apply_gradients; Keras 2
-        # (TensorFlow 2.15, which Horovod builds against) scales and unscales by hand.
-        by_hand = options.get("mixed_precision") and not hasattr(optimizer, "scale_loss")
-
-        def replica_step(x, y):
-            if mode == "forward":
-                return tf.reduce_sum(tf.cast(model(x, training=False), tf.float32))
-            with tf.GradientTape() as tape:
-                logits = tf.cast(model(x, training=True), tf.float32)
-                loss = tf.nn.compute_average_loss(loss_fn(y, logits),
-                                                  global_batch_size=global_batch)
-                scaled = loss
-                if options.get("mixed_precision"):
-                    scaled = (optimizer.get_scaled_loss(loss) if by_hand
-                              else optimizer.scale_loss(loss))
-            if hvd:
-                tape = hvd.DistributedGradientTape(tape)
-            grads = tape.gradient(scaled, model.trainable_variables)
-            if by_hand:
-                grads = optimizer.get_unscaled_gradients(grads)
-            if mode == "forward_backward":
-                # Returned, so that the gradients are computed rather than pruned.
-                return tf.linalg.global_norm(grads)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-
-        replica_step = tf.function(replica_step, jit_compile=bool(options.get("xla")))
+        replica_step = tf.function(self._replica_step,
+                                   jit_compile=bool(self.cell["options"].get("xla")))
 
         @tf.function
         def step():
             losses = strategy.run(replica_step, args=(images, labels))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
-        @tf.function
-        def total(value):
-            if hvd:
-                return hvd.allreduce(value, op=hvd.Sum)
-            values = strategy.run(tf.identity, args=(value,))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)
+        return step
 
-        self._step, self._total, self._last = step, total, None
+    def _replica_step(self, images, labels):
+        tf, model = self.tf, self.model
+        if self.mode == "forward":
+            return tf.reduce_sum(tf.cast(model(images, training=False), tf.float32))
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(images, training=True), tf.float32)
+            loss = tf.nn.compute_average_loss(self.loss_fn(labels, logits),
+                                              global_batch_size=self.global_batch)
+            scaled = self.scale_loss(loss)
+        tape = self.parallel.gradient_tape(tape)
+        grads = self.unscale(tape.gradient(scaled, model.trainable_variables))
+        if self.mode == "forward_backward":
+            # Returned, so that the gradients are computed rather than pruned.
+            return tf.linalg.global_norm(grads)
+        self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
 
     def step(self) -> None:
         self._last = self._step()
@@ -222,52 +220,24 @@ class TensorFlowSession:
     def any_rank(self, flag: bool) -> bool:
         return bool(self._total(self.tf.constant(float(flag))).numpy() > 0)
 
-    def profile(self, steps: int, path: str) -> Optional[bool]:
-        """TensorFlow's profiler writes an XSpace; its TensorFlow operations (host) and kernels
-        (GPU) become the Chrome trace at ``path``. Rank 0 only (None elsewhere)."""
-        import glob
-        import json
-
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-        if self.rank > 0:
-            # A second profiling worker of one MultiWorkerMirroredStrategy cluster dies
-            # ("free(): invalid pointer"), so only rank 0 profiles; the others step along.
-            for _ in range(steps):
-                self.step()
-            self.synchronize()
-            return None
-        logdir = path[:-len(".json")] + "-tf"
-        self.tf.profiler.experimental.start(logdir)
+    def _run(self, steps: int) -> None:
         for _ in range(steps):
             self.step()
         self.synchronize()
-        self.tf.profiler.experimental.stop()
-        space = xplane_pb2.XSpace()
-        with open(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1], "rb") as pb:
-            space.ParseFromString(pb.read())
-        events = []
-        for plane in space.planes:
-            on_gpu = plane.name.startswith("/device:GPU")
-            if plane.name != "/host:CPU" and not on_gpu:
-                continue
-            names = {key: meta.name for key, meta in plane.event_metadata.items()}
-            for line in plane.lines:
-                for event in line.events:
-                    name = names.get(event.metadata_id, "")
-                    if not on_gpu and not TF_OPERATION.match(name):
-                        continue  # executor and runtime spans, not operations
-                    events.append({
-                        "name": name, "ph": "X", "tid": line.id,
-                        "cat": "kernel" if on_gpu else "op",
-                        "ts": line.timestamp_ns / 1e3 + event.offset_ps / 1e6,
-                        "dur": event.duration_ps / 1e6})
-        with open(path, "w") as trace:
-            json.dump({"traceEvents": events}, trace)
+
+    def profile(self, steps: int, path: str) -> Optional[bool]:
+        """The Chrome trace of ``steps`` steps under TensorFlow's profiler (``tf_profile``).
+        Rank 0 only (None elsewhere)."""
+        if self.rank > 0:
+            # A second profiling worker of one MultiWorkerMirroredStrategy cluster dies
+            # ("free(): invalid pointer"), so only rank 0 profiles; the others step along.
+            self._run(steps)
+            return None
+        tf_profile.profile(self.tf, lambda: self._run(steps), path)
         return self.cell["device_type"] == "gpu"
 
     def finish(self) -> dict:
-        return memory_report(self.tf, self.cell, self.devices)
+        return memory_report(self.tf, self.cell, self.devices, self.parallel.first_gpu)
 
 
 def build(cell: dict, report: dict, rank: int) -> TensorFlowSession:

@@ -119,8 +119,7 @@ class TorchSession:
 
         from workloads import get_workload
 
-        self.torch = torch
-        self.mode = cell["mode"]
+        self.torch, self.mode = torch, cell["mode"]
         options = cell["options"]
         torch.set_num_threads(cell["threads_per_device"])
         self.is_gpu = cell["device_type"] == "gpu"
@@ -133,8 +132,8 @@ class TorchSession:
         self.amp_dtype = self._amp_dtype(options.get("amp", False))
         self.scaler = (torch.amp.GradScaler(self.device.type)
                        if self.amp_dtype == torch.float16 and self.mode != "forward" else None)
-        memory_format = (torch.channels_last if options.get("channels_last")
-                         else torch.contiguous_format)
+        self.memory_format = (torch.channels_last if options.get("channels_last")
+                              else torch.contiguous_format)
         report.update(versions=self._versions(), device_name=self._device_name(),
                       layout="NHWC" if options.get("channels_last") else "NCHW",
                       world_size=world_size,
@@ -143,9 +142,17 @@ class TorchSession:
         self.parallel = PARALLEL[cell["data_parallel"]](self.is_gpu)
         report["versions"].update(self.parallel.versions)
         workload = get_workload(cell["workload"])
+        report["params"] = self._build_model(cell, workload, local_rank)
+        self._make_batch(cell, workload)
+        if options.get("compile"):
+            report["compile_s"] = self._compile()
+
+    def _build_model(self, cell: dict, workload, local_rank: int) -> int:
+        """The model and its optimizer, wrapped for data parallelism unless the mode only runs
+        forward; returns the trainable parameter count."""
+        torch = self.torch
         model = workload.builder(cell["models"])(cell["image_size"], workload.classes).to(
-            self.device, memory_format=memory_format)
-        report["params"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            self.device, memory_format=self.memory_format)
         optimizer = (torch.optim.Adam(model.parameters(), lr=0.001)
                      if workload.optimizer == "adam"
                      else torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
@@ -155,17 +162,23 @@ class TorchSession:
             self.model, self.optimizer = self.parallel.wrap(
                 model, optimizer, [local_rank] if self.is_gpu else None)
         self.loss_fn = torch.nn.CrossEntropyLoss()
+        return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+    def _make_batch(self, cell: dict, workload) -> None:
+        """One synthetic batch on the device, used by every step."""
         size, batch = cell["image_size"], cell["batch_size"]
-        self.images = torch.randn(batch, workload.channels, size, size, device=self.device).to(
-            memory_format=memory_format)
-        self.labels = torch.randint(0, workload.classes, (batch,), device=self.device)
+        self.images = self.torch.randn(batch, workload.channels, size, size,
+                                       device=self.device).to(memory_format=self.memory_format)
+        self.labels = self.torch.randint(0, workload.classes, (batch,), device=self.device)
         self.images_per_step = batch
-        if options.get("compile"):
-            self.model = torch.compile(self.model)
-            started = time.perf_counter()
-            self.step()
-            self.synchronize()
-            report["compile_s"] = time.perf_counter() - started
+
+    def _compile(self) -> float:
+        """torch.compile the model, compiling it with one untimed step; returns the seconds."""
+        self.model = self.torch.compile(self.model)
+        started = time.perf_counter()
+        self.step()
+        self.synchronize()
+        return time.perf_counter() - started
 
     def _amp_dtype(self, amp):
         if amp is False:

@@ -1,0 +1,124 @@
+"""How one TensorFlow process is data-parallel: a class per value of the cell's
+``data_parallel``.
+
+Each makes the tf.distribute strategy that the model is built and stepped under, and says what
+the session does differently under it: the process's first GPU, how the gradient tape reduces
+gradients, what is broadcast once the model is built, and how a value is summed over the cell.
+
+- ``mirrored``: MirroredStrategy over this process's devices (NCCL on GPU, a reduction to one
+  device on CPU);
+- ``multiworker``: one worker of a MultiWorkerMirroredStrategy cluster described by TF_CONFIG
+  (NCCL on GPU, ring collectives on CPU);
+- ``horovod``: one Horovod rank on one device, under TensorFlow's default strategy, with
+  ``hvd.DistributedGradientTape`` and the variables broadcast from rank 0 (for TensorFlow 2.15,
+  which Horovod 0.28.1 builds against).
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+
+class Plain:
+    """One process under TensorFlow's default strategy, with no data parallelism of its own;
+    the strategy's replicas are every replica of the cell. The base of the others."""
+
+    def __init__(self, tf, cell: Dict):
+        self.tf, self.cell = tf, cell
+        self.gpu = cell["device_type"] == "gpu"
+
+    @property
+    def first_gpu(self) -> int:
+        """The first of the machine's GPUs that this process drives."""
+        return 0
+
+    def make_strategy(self, devices):
+        return self.tf.distribute.get_strategy()
+
+    def versions(self) -> Dict[str, str]:
+        """Versions of what the mechanism adds to TensorFlow."""
+        return {}
+
+    def broadcast(self, variables) -> None:
+        """Give every process the same initial ``variables`` (a strategy mirrors its own)."""
+
+    def replicas(self, strategy) -> int:
+        """Replicas over the whole cell."""
+        return strategy.num_replicas_in_sync
+
+    def gradient_tape(self, tape):
+        """The tape whose gradients the step applies (the strategy reduces them itself)."""
+        return tape
+
+    def sum_function(self, strategy):
+        """A tf.function that sums a scalar over every process of the cell."""
+        tf = self.tf
+
+        @tf.function
+        def total(value):
+            values = strategy.run(tf.identity, args=(value,))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)
+
+        return total
+
+
+class Mirrored(Plain):
+    """MirroredStrategy over the devices of this one process."""
+
+    def make_strategy(self, devices):
+        distribute = self.tf.distribute
+        reduce_ops = (distribute.NcclAllReduce() if self.gpu
+                      else distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
+        return distribute.MirroredStrategy(devices=devices, cross_device_ops=reduce_ops)
+
+
+class MultiWorker(Plain):
+    """One worker of a MultiWorkerMirroredStrategy cluster; TF_CONFIG names the others."""
+
+    def make_strategy(self, devices):
+        experimental = self.tf.distribute.experimental
+        implementation = (experimental.CommunicationImplementation.NCCL if self.gpu
+                          else experimental.CommunicationImplementation.RING)
+        return self.tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=experimental.CommunicationOptions(
+                implementation=implementation))
+
+
+class Horovod(Plain):
+    """One Horovod rank on one device: the tape allreduces the gradients."""
+
+    def __init__(self, tf, cell: Dict):
+        super().__init__(tf, cell)
+        if cell["options"].get("xla"):
+            raise RuntimeError(
+                "xla does not run under Horovod: its allreduce inside the jit-compiled step "
+                "has no XLA kernel in this build; run horovod without xla")
+        import horovod
+        import horovod.tensorflow as hvd
+
+        self.hvd, self.version = hvd, horovod.__version__
+        hvd.init()
+
+    @property
+    def first_gpu(self) -> int:
+        return self.hvd.local_rank()
+
+    def versions(self) -> Dict[str, str]:
+        return {"horovod": self.version}
+
+    def broadcast(self, variables) -> None:
+        self.hvd.broadcast_variables(variables, root_rank=0)
+
+    def replicas(self, strategy) -> int:
+        return self.hvd.size()
+
+    def gradient_tape(self, tape):
+        return self.hvd.DistributedGradientTape(tape)
+
+    def sum_function(self, strategy):
+        hvd = self.hvd
+        return self.tf.function(lambda value: hvd.allreduce(value, op=hvd.Sum))
+
+
+STRATEGIES = {"mirrored": Mirrored, "multiworker": MultiWorker, "horovod": Horovod}
+"""The data-parallel mechanism of each ``data_parallel`` value."""
