@@ -42,6 +42,13 @@ class KvstoreParallel:
         return value
 
 
+class NoParallel(KvstoreParallel):
+    """One process on one context with no kvstore: the ``single`` baseline."""
+
+    def __init__(self, cell: dict):
+        self.kvstore = None
+
+
 class HorovodParallel:
     """One Horovod rank on one context: ``hvd.DistributedTrainer`` allreduces the gradients."""
 
@@ -66,7 +73,7 @@ class HorovodParallel:
         return float(self.hvd.allreduce(mx.nd.array([value]), op=self.hvd.Sum).asscalar())
 
 
-PARALLEL = {"kvstore": KvstoreParallel, "horovod": HorovodParallel}
+PARALLEL = {"none": NoParallel, "kvstore": KvstoreParallel, "horovod": HorovodParallel}
 
 
 def init_amp(cell: dict):

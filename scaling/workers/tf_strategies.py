@@ -9,6 +9,7 @@ gradients, what is broadcast once the model is built, and how a value is summed 
   device on CPU);
 - ``multiworker``: one worker of a MultiWorkerMirroredStrategy cluster described by TF_CONFIG
   (NCCL on GPU, ring collectives on CPU);
+- ``none``: one process on one device under the default strategy, the ``single`` baseline;
 - ``horovod``: one Horovod rank on one device, under TensorFlow's default strategy, with
   ``hvd.DistributedGradientTape`` and the variables broadcast from rank 0 (for TensorFlow 2.15,
   which Horovod 0.28.1 builds against).
@@ -120,5 +121,6 @@ class Horovod(Plain):
         return self.tf.function(lambda value: hvd.allreduce(value, op=hvd.Sum))
 
 
-STRATEGIES = {"mirrored": Mirrored, "multiworker": MultiWorker, "horovod": Horovod}
+STRATEGIES = {"none": Plain, "mirrored": Mirrored, "multiworker": MultiWorker,
+              "horovod": Horovod}
 """The data-parallel mechanism of each ``data_parallel`` value."""

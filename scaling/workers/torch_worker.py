@@ -37,6 +37,31 @@ class _CudaEventTimer:
         return [a.elapsed_time(b) / 1000.0 for a, b in zip(self.events, self.events[1:])]
 
 
+class NoParallel:
+    """One process on one device with no data-parallel wrapper: the ``single`` baseline."""
+
+    versions: dict = {}
+
+    def __init__(self, is_gpu: bool):
+        pass
+
+    def wrap(self, model, optimizer, device_ids):
+        return model, optimizer
+
+    def gradients_reduced(self, optimizer):
+        """There is nothing to reduce."""
+        return contextlib.nullcontext()
+
+    def barrier(self) -> None:
+        """No other process to wait for."""
+
+    def max(self, value):
+        return value
+
+    def finish(self) -> None:
+        """No process group to leave."""
+
+
 class DdpParallel:
     """DistributedDataParallel over a torch.distributed process group."""
 
@@ -108,7 +133,7 @@ class HorovodParallel:
         self.hvd.shutdown()
 
 
-PARALLEL = {"ddp": DdpParallel, "horovod": HorovodParallel}
+PARALLEL = {"none": NoParallel, "ddp": DdpParallel, "horovod": HorovodParallel}
 
 
 class TorchSession:
