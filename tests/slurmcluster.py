@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+import psutil
+
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
 
 
@@ -83,40 +85,79 @@ class SlurmCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self._write_config()
         self._start_munge()
-        subprocess.run([_binary("slurmctld"), "-f", str(self.conf), "-i"], check=True,
-                       env=self.env)
-        self.pid_files.append(self.root / "slurmctld.pid")
-        for name in self.node_names():
-            subprocess.run([_binary("slurmd"), "-f", str(self.conf), "-N", name], check=True,
-                           env=self.env)
-            self.pid_files.append(self.root / f"slurmd-{name}.pid")
-        self._wait_until_idle()
+        try:
+            self.start_controller()
+            self.pid_files.append(self.root / "slurmctld.pid")
+            for name in self.node_names():
+                subprocess.run([_binary("slurmd"), "-f", str(self.conf), "-N", name],
+                               check=True, env=self.env)
+                self.pid_files.append(self.root / f"slurmd-{name}.pid")
+            wait_until(self._idle, "idle Slurm nodes", timeout=60)
+        except BaseException:
+            self._stop_daemons()
+            raise
         return self
 
-    def _wait_until_idle(self, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
-                                 env=self.env).stdout.split()
-            if len(out) >= 1 and all(state == "idle" for state in out):
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"Slurm nodes not idle after {timeout_s} s: see {self.root}")
+    def _idle(self) -> bool:
+        out = self.run("sinfo", "-h", "-o", "%t").stdout.split()
+        return bool(out) and all(state == "idle" for state in out)
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess:
+        """A Slurm command against this cluster."""
+        return subprocess.run(argv, capture_output=True, text=True, env=self.env)
+
+    def start_controller(self, clear_state: bool = False) -> None:
+        """Start ``slurmctld`` and wait until it answers. It takes its jobs back from
+        ``StateSaveLocation``, unless ``clear_state``: then it has forgotten every job."""
+        subprocess.run([_binary("slurmctld"), "-f", str(self.conf), "-i",
+                        *(["-c"] if clear_state else [])], check=True, env=self.env)
+        wait_until(lambda: self.run("scontrol", "ping").returncode == 0, "slurmctld answering",
+                   timeout=60)
+
+    def stop_controller(self) -> None:
+        """Stop ``slurmctld`` by the pid in its pid file (it saves its state first) and wait
+        until it is gone; the nodes and their jobs go on."""
+        pid = int((self.root / "slurmctld.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: not _alive(pid), f"slurmctld (pid {pid}) gone", timeout=60)
 
     def __exit__(self, *exc) -> None:
+        """Cancel what is still queued and let it end, then stop every daemon by its pid."""
+        try:
+            if not (self.root / "slurmctld.pid").exists():
+                self.start_controller()
+            self.run("scancel", "--full", "--user", str(os.getuid()))
+            wait_until(lambda: not self.run("squeue", "-h").stdout.strip(), "an empty queue",
+                       timeout=120)
+        finally:
+            self._stop_daemons()
+
+    def _stop_daemons(self) -> None:
+        pids = []
         for pid_file in reversed(self.pid_files):
             try:
-                os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
+                pids.append(int(pid_file.read_text().split()[0]))
+                os.kill(pids[-1], signal.SIGTERM)
             except (OSError, ValueError):
                 continue
-        time.sleep(1)
+        wait_until(lambda: not any(map(_alive, pids)), "the daemons gone", timeout=30)
 
-    def wait_for_jobs(self, timeout_s: float = 600) -> None:
-        """Until the queue is empty."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not subprocess.run(["squeue", "-h"], capture_output=True, text=True,
-                                  env=self.env).stdout.strip():
-                return
-            time.sleep(1)
-        raise RuntimeError("jobs still queued")
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_until(condition, what: str, timeout: float = 300.0):
+    """Poll ``condition`` until it returns something true, and return that; raise, saying
+    ``what`` was awaited, after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {what} within {timeout:g} s")
+        time.sleep(0.2)

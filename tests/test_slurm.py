@@ -1,6 +1,7 @@
 """Sweeps under a real Slurm cluster of two nodes on this machine: job arrays, cells that span
-nodes, states mapped to statuses, cancel and resume, requeue, a killed submitter, and hostile
-names that stay inert."""
+nodes, states mapped to statuses, cancel and resume, requeue, a killed submitter, hostile
+names that stay inert, a controller that goes down, a task that vanishes, and strict reading of
+what Slurm answers."""
 
 from __future__ import annotations
 
@@ -8,28 +9,43 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import read_records, write_sweep
-from slurmcluster import SlurmCluster, missing_binaries
+from click.testing import CliRunner
+from conftest import images_per_sec_from_reports, rank_reports, read_records, write_sweep
+from slurmcluster import SlurmCluster, missing_binaries, wait_until
 
+from scaling.cli import cli
+from scaling.errors import InfrastructureError
 from scaling.schema import RECORD_FIELDS
-from scaling.slurm.queue import task_indices
-from scaling.slurm.submit import render_script, sbatch_argv
+from scaling.slurm.controller import parse_job_id, parse_squeue, task_indices
+from scaling.slurm.queue import VANISH_GRACE_ENV
+from scaling.slurm.submit import TEMPLATE, read_ledger, render_script, sbatch_argv
 from scaling.sweep import SlurmSection
 
 GOLDEN = Path(__file__).parent / "golden"
-TEMPLATE = (Path(__file__).resolve().parents[1] / "slurm" / "array.sbatch").read_text()
+EXAMPLE = Path(__file__).resolve().parents[1] / "slurm" / "sweep.sbatch"
 HOSTILE = "a'; touch PWNED; echo '"
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+
+def start_cluster(root: Path) -> SlurmCluster:
     if missing_binaries():
         pytest.skip(f"Slurm is not installed ({', '.join(missing_binaries())} missing; Debian: "
                     "apt-get install slurm-wlm munge, which make test does as root)")
-    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2) as running:
+    return SlurmCluster(root, nodes=2)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with start_cluster(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
+
+
+@pytest.fixture
+def own_cluster(tmp_path):
+    """A cluster of this test's own, for a test that stops or wipes its controller."""
+    with start_cluster(tmp_path / "cluster") as running:
         yield running
 
 
@@ -37,6 +53,15 @@ def scaling(cluster, *args, timeout=900, env=None, **kwargs) -> subprocess.Compl
     return subprocess.run([sys.executable, "-m", "scaling", *map(str, args)],
                           capture_output=True, text=True, env=env or cluster.env,
                           timeout=timeout, **kwargs)
+
+
+def scaling_here(cluster, *args, exit_code=0, **env):
+    """The command line in this process (it starts in a fraction of the time), against
+    ``cluster`` unless that is None."""
+    result = CliRunner(env={**({"SLURM_CONF": str(cluster.conf)} if cluster else {}), **env}
+                       ).invoke(cli, list(map(str, args)))
+    assert result.exit_code == exit_code, result.output
+    return result
 
 
 def scaling_ok(cluster, *args, **kwargs) -> subprocess.CompletedProcess:
@@ -52,10 +77,25 @@ def by_cell(records):
     return cells
 
 
+def task_states(cluster, out: Path) -> list:
+    """The Slurm states of the folder's array tasks."""
+    names = ",".join(path.stem for path in (out / "slurm").glob("*.sbatch"))
+    return cluster.run("squeue", "-h", "-r", f"--name={names}", "-o", "%T").stdout.split()
+
+
+def check_measured(record, batch: int) -> None:
+    """An ok record whose figure comes from its ranks' own reports."""
+    assert record["status"] == "ok", record["error"]
+    assert record["timed_images"] == batch * record["steps_timed"] > 0
+    assert record["images_per_sec"] == pytest.approx(
+        images_per_sec_from_reports(rank_reports(record)))
+
+
 def test_the_rendered_script_matches_the_golden_file():
-    script = render_script(TEMPLATE, workdir="/opt/scaling", pythonpath="/opt/scaling",
-                           python="/opt/scaling/.venv/bin/python", nodes=2,
-                           out_dir=f"/runs/{HOSTILE}", group_file=f"/runs/{HOSTILE}/g.json")
+    script = render_script(TEMPLATE.read_text(), workdir="/opt/scaling",
+                           pythonpath="/opt/scaling", python="/opt/scaling/.venv/bin/python",
+                           nodes=2, out_dir=f"/runs/{HOSTILE}",
+                           group_file=f"/runs/{HOSTILE}/g.json")
     assert script == (GOLDEN / "array.sbatch").read_text()
 
 
@@ -73,37 +113,67 @@ def test_sbatch_options_are_one_list_with_every_resource():
         "--constraint=h100", "--exclusive", "/runs/x/job.sbatch"]
 
 
-def test_hostile_names_stay_inert_on_a_real_cluster(cluster, tmp_path):
-    out = tmp_path / HOSTILE
-    sweep = write_sweep(tmp_path / "sweep.yaml", name=HOSTILE)
-    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait",
-               cwd=tmp_path)
-    [record] = read_records(out)
-    assert record["status"] == "ok", record["error"]
-    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+def test_job_ids_are_read_strictly():
+    assert parse_job_id("4107\n") == "4107"
+    assert parse_job_id("4107;gpu-cluster") == "4107"
+    for answer in ("", "Submitted batch job 4107", "4107;a;b", "41o7", "4107_2"):
+        with pytest.raises(InfrastructureError, match="sbatch answered"):
+            parse_job_id(answer)
+    assert parse_squeue("12_0|RUNNING\n12_3|PENDING\n") == {("12", 0): "RUNNING",
+                                                             ("12", 3): "PENDING"}
+    for answer in ("12|RUNNING", "12_[1-3]|PENDING", "12_1", "squeue: error: x"):
+        with pytest.raises(InfrastructureError, match=f"squeue answered '{answer}'"):
+            parse_squeue(answer)
 
 
-def test_sweep_over_one_and_two_nodes_with_torchrun_and_tf_multiworker(cluster, tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2], frameworks={
-        "torch": {"launchers": ["torchrun"]},
-        "tensorflow": {"launchers": ["tf-multiworker"]}})
-    out = tmp_path / "out"
-    result = scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
+def test_task_ranges_of_never_started_tasks_are_expanded():
+    assert task_indices("3") == [3]
+    assert task_indices("2-4,7%2") == [2, 3, 4, 7]
+    assert task_indices("") == []
+
+
+@pytest.fixture(scope="module")
+def two_node_sweep(cluster, tmp_path_factory):
+    """One sweep, run once for the tests that read it: torchrun and tf-multiworker on one and
+    two nodes, in a folder and under a sweep name that are shell code."""
+    root = tmp_path_factory.mktemp("hostile")
+    sweep = write_sweep(root / "sweep.yaml", name=HOSTILE, nodes=[1, 2], frameworks={
+        "torch": {"launchers": ["torchrun"]}, "tensorflow": {"launchers": ["tf-multiworker"]}})
+    result = scaling_ok(cluster, "sweep", sweep, "--out", root / HOSTILE, "--backend", "slurm",
+                        "--wait", cwd=root)
+    return root, result
+
+
+@pytest.mark.slow
+def test_sweep_over_one_and_two_nodes_with_torchrun_and_tf_multiworker(two_node_sweep):
+    root, result = two_node_sweep
     assert "4 submitted in 2 job array(s)" in result.stdout
-    records = read_records(out)
+    records = read_records(root / HOSTILE)
     assert sorted((r["framework"], r["nodes"], r["status"]) for r in records) == [
         ("tensorflow", 1, "ok"), ("tensorflow", 2, "ok"), ("torch", 1, "ok"), ("torch", 2, "ok")]
     for record in records:
         assert set(record) == set(RECORD_FIELDS)
         assert record["slurm"]["job_id"] and len(record["slurm"]["nodes"]) == record["nodes"]
+        check_measured(record, 4 * record["nodes"])
         if record["nodes"] == 2:
-            assert record["timed_images"] == 4 * 2 * record["steps_timed"]
             assert len(record["peak_memory_bytes_per_rank"]) == 2
             assert {n["node"] for n in record["slurm"]["nodes"]} == {"n1", "n2"}
-    status = scaling_ok(cluster, "status", out)
-    assert "4 cells: 4 ok" in status.stdout
 
 
+@pytest.mark.slow
+def test_hostile_names_stay_inert_on_a_real_cluster(two_node_sweep):
+    root, _ = two_node_sweep
+    assert (root / HOSTILE / "results.jsonl").exists()
+    assert not list(root.rglob("PWNED")) and not Path("PWNED").exists()
+
+
+@pytest.mark.slow
+def test_status_lists_every_recorded_cell(cluster, two_node_sweep):
+    root, _ = two_node_sweep
+    assert "4 cells: 4 ok" in scaling_ok(cluster, "status", root / HOSTILE).stdout
+
+
+@pytest.mark.slow
 def test_horovod_cells_over_two_nodes_for_every_framework(cluster, tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], frameworks={
         framework: {"launchers": ["horovod"]} for framework in ("torch", "tensorflow", "mxnet")})
@@ -117,102 +187,173 @@ def test_horovod_cells_over_two_nodes_for_every_framework(cluster, tmp_path):
         assert {n["node"] for n in record["slurm"]["nodes"]} == {"n1", "n2"}
 
 
+@pytest.mark.slow
 def test_a_cell_past_its_time_limit_ends_as_timeout(cluster, tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", steps=1000, timeout_s=3600)
+    """Slurm's smallest time limit is a minute: the cell hangs past it."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", timeout_s=3600)
     out = tmp_path / "out"
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--time", "1",
-               "--wait", env={**cluster.env, "SCALING_FAULT": "hang@0:3"})
+               "--wait", env={**cluster.env, "SCALING_FAULT": "hang@0:1"})
     [record] = read_records(out)
     assert record["status"] == "timeout"
     assert "ended TIMEOUT" in record["error"]
 
 
+@pytest.mark.slow
 def test_cancel_part_way_then_resume_records_every_cell_once(cluster, tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 3, 4, 5])
+    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 3, 4])
     out = tmp_path / "out"
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--parallel", 1)
-    deadline = time.monotonic() + 300
-    while not (out / "results.jsonl").exists() and time.monotonic() < deadline:
-        time.sleep(1)
-    cancelled = scaling_ok(cluster, "cancel", out)
-    assert "cancelled" in cancelled.stdout
+    wait_until(lambda: (out / "results.jsonl").exists(), "first record")
+    assert "cancelled" in scaling_ok(cluster, "cancel", out).stdout
     resumed = scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm",
                          "--resume", "--wait")
     assert "0 submitted" in resumed.stdout
     cells = by_cell(read_records(out))
-    assert len(cells) == 4 and all(len(records) == 1 for records in cells.values())
+    assert len(cells) == 3 and all(len(records) == 1 for records in cells.values())
     statuses = sorted(records[0]["status"] for records in cells.values())
-    assert "ok" in statuses and "cancelled" in statuses
-    assert set(statuses) <= {"ok", "cancelled"}
+    assert statuses[0] == "cancelled" and statuses[-1] == "ok"
+    assert set(statuses) == {"ok", "cancelled"}
 
 
-def test_a_requeued_task_records_once(cluster, tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", steps=40)
+@pytest.mark.slow
+def test_a_task_requeued_while_it_runs_records_once_from_its_second_run(cluster, tmp_path):
+    """The cell's window lasts 10 s: the requeue comes well within its first run. Slurm holds
+    a requeued job for two minutes; the test lets it start again at once."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", min_time_s=10)
     out = tmp_path / "out"
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm")
-    job = next((out / "slurm").glob("*.json")).stem
-    job_id = subprocess.run(["squeue", "-h", "-n", job, "-o", "%F"], capture_output=True,
-                            text=True, env=cluster.env).stdout.split()[0]
-    deadline = time.monotonic() + 120
-    while "RUNNING" not in subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"],
-                                          capture_output=True, text=True,
-                                          env=cluster.env).stdout:
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-    time.sleep(3)
-    subprocess.run(["scontrol", "requeue", f"{job_id}_0"], check=True, env=cluster.env)
+    wait_until(lambda: list(out.glob("cells/*/launcher.log")), "cell started")
+    [job] = read_ledger(out).values()
+    task = f"{job['job_id']}_0"
+    subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
+    wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued task pending")
+    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], check=True,
+                   env=cluster.env)
     scaling_ok(cluster, "status", out, "--wait")
     [record] = read_records(out)
-    assert record["status"] == "ok"
+    check_measured(record, 4)
+    assert record["slurm"]["restart_count"] == 1
 
 
+@pytest.mark.slow
 def test_a_killed_submitter_loses_and_repeats_nothing(cluster, tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 3], nodes=[1, 2])
+    """Killed as it submits its second array: before, while or after sbatch runs."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2])
     out = tmp_path / "out"
     submitter = subprocess.Popen(
         [sys.executable, "-m", "scaling", "sweep", str(sweep), "--out", str(out), "--backend",
-         "slurm", "--wait"], env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while len(list(out.glob("slurm/*.sbatch"))) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    time.sleep(2)  # submitted, now waiting for the cells
+         "slurm", "--wait"], env=cluster.env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    wait_until(lambda: len(list(out.glob("slurm/*.sbatch"))) == 2, "second batch script",
+               timeout=120)
     os.kill(submitter.pid, signal.SIGKILL)
     submitter.wait()
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--resume",
                "--wait")
     cells = by_cell(read_records(out))
-    assert len(cells) == 4
-    assert all(len(records) == 1 and records[0]["status"] == "ok"
-               for records in cells.values())
+    assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
+    for [record] in cells.values():
+        check_measured(record, 4 * record["nodes"])
+
+
+@pytest.mark.slow
+def test_a_controller_outage_records_nothing_and_waiting_rides_it_out(own_cluster, tmp_path):
+    """slurmctld stops while two cells run: ``status`` exits 3 and records nothing; ``status
+    --wait``, started during the outage, asks again until the controller is back (with its
+    state) and ends with each cell's own record. A zero vanish grace makes any poll that missed
+    the tasks after the restart record them, so the test would see it."""
+    cluster = own_cluster
+    env = {**cluster.env, VANISH_GRACE_ENV: "0"}
+    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4], min_time_s=10)
+    out = tmp_path / "out"
+    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", env=env)
+    wait_until(lambda: task_states(cluster, out) == ["RUNNING"] * 2
+               and len(list(out.glob("cells/*/launcher.log"))) == 2, "both cells started")
+    cluster.stop_controller()
+    try:
+        down = scaling(cluster, "status", out, env=env)
+        assert down.returncode == 3, down.stdout + down.stderr
+        assert down.stderr.splitlines() == [down.stderr.strip()]
+        assert down.stderr.startswith("Error: could not ask the Slurm controller: squeue exited")
+        assert not (out / "slurm" / "missing.json").exists()
+        records = read_records(out) if (out / "results.jsonl").exists() else []
+        assert all(record["status"] == "ok" for record in records)
+        log = tmp_path / "wait.log"
+        with log.open("w") as output:
+            waiting = subprocess.Popen(
+                [sys.executable, "-m", "scaling", "status", str(out), "--wait"], env=env,
+                stdout=output, stderr=subprocess.STDOUT)
+        wait_until(lambda: "asking again" in log.read_text(), "a failed poll asked again")
+    finally:
+        cluster.start_controller()
+    assert waiting.wait(timeout=600) == 0, log.read_text()
+    assert "2 cells: 2 ok" in log.read_text()
+    cells = by_cell(read_records(out))
+    assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
+    for [record] in cells.values():
+        check_measured(record, record["batch_size"])
+
+
+def test_a_task_is_recorded_vanished_only_after_two_polls_a_grace_apart(own_cluster, tmp_path):
+    """A held cell whose controller restarts with its state wiped: the first poll, even with
+    no grace, and a second within the grace only see it missing; a later one records it."""
+    out = tmp_path / "out"
+    scaling_here(own_cluster, "sweep", write_sweep(tmp_path / "sweep.yaml"), "--out", out,
+                 "--backend", "slurm", "--sbatch-arg=--hold")
+    assert "1 pending" in scaling_here(own_cluster, "status", out).stdout
+    own_cluster.stop_controller()
+    own_cluster.start_controller(clear_state=True)
+    for grace in ("0", "3600"):
+        polled = scaling_here(own_cluster, "status", out, **{VANISH_GRACE_ENV: grace})
+        assert "1 missing" in polled.stdout
+        assert not (out / "results.jsonl").exists()
+    polled = scaling_here(own_cluster, "status", out, **{VANISH_GRACE_ENV: "0"})
+    assert "1 crashed" in polled.stdout
+    [record] = read_records(out)
+    assert record["status"] == "crashed"
+    assert record["error"].endswith("vanished from the controller without a record")
+
+
+def test_sbatch_refusing_is_a_one_line_infrastructure_error(cluster, tmp_path):
+    result = scaling_here(cluster, "sweep", write_sweep(tmp_path / "sweep.yaml"), "--out",
+                          tmp_path / "out", "--backend", "slurm", "--partition", "nowhere",
+                          exit_code=3)
+    [line] = result.stderr.splitlines()
+    assert line.startswith("Error: could not submit scaling-test-")
+    assert "sbatch exited 1: sbatch: error: invalid partition specified: nowhere" in line
 
 
 def test_slurm_backend_without_slurm_is_a_one_line_error(tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml")
-    env = {**os.environ, "PATH": "/nonexistent"}
-    result = subprocess.run([sys.executable, "-m", "scaling", "sweep", str(sweep), "--out",
-                             str(tmp_path / "out"), "--backend", "slurm"],
-                            capture_output=True, text=True, env=env)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
+    result = scaling_here(None, "sweep", write_sweep(tmp_path / "sweep.yaml"), "--out",
+                          tmp_path / "out", "--backend", "slurm", exit_code=3,
+                          PATH="/nonexistent")
+    assert result.stderr.splitlines() == [
         "Error: --backend slurm needs Slurm's sbatch on PATH (Debian: apt-get install "
-        "slurm-wlm); use --backend local to run here")
+        "slurm-wlm); use --backend local to run here"]
 
 
 def test_cells_on_several_nodes_need_a_scheduler(tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2])
-    result = subprocess.run([sys.executable, "-m", "scaling", "sweep", str(sweep), "--out",
-                             str(tmp_path / "out")], capture_output=True, text=True)
-    assert result.returncode == 2
+    result = scaling_here(None, "sweep", write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2]),
+                          "--out", tmp_path / "out", exit_code=2)
     assert "cells on 2 nodes need a scheduler: use --backend slurm" in result.stderr
 
 
-def test_task_ranges_of_never_started_tasks_are_expanded():
-    assert task_indices("3") == [3]
-    assert task_indices("2-4,7%2") == [2, 3, 4, 7]
-    assert task_indices("") == []
+@pytest.mark.slow
+def test_the_example_batch_script_runs_a_sweep_in_one_allocation(cluster, tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml")
+    out = tmp_path / "out"
+    ran = subprocess.run(["sbatch", "--wait", f"--chdir={tmp_path}",
+                          f"--output={tmp_path}/%j.out", str(EXAMPLE), str(sweep), str(out)],
+                         capture_output=True, text=True,
+                         env={**cluster.env, "SCALING_PYTHON": sys.executable})
+    assert ran.returncode == 0, ran.stderr + "".join(
+        path.read_text() for path in tmp_path.glob("*.out"))
+    [record] = read_records(out)
+    check_measured(record, 4)
 
 
+@pytest.mark.slow
 def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
     out = tmp_path / "out"
     result = scaling_ok(cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16,
@@ -226,8 +367,8 @@ def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
 
 
 def test_a_bad_max_batch_search_is_refused_before_anything_is_submitted(cluster, tmp_path):
-    result = scaling(cluster, "maxbatch", "--workload", "cifar10", "--devices", 1,
-                     "--out", tmp_path / "out", "--backend", "slurm", "--wait")
-    assert result.returncode == 2
+    result = scaling_here(cluster, "maxbatch", "--workload", "cifar10", "--devices", 1,
+                          "--out", tmp_path / "out", "--backend", "slurm", "--wait",
+                          exit_code=2)
     assert "on CPU devices the search needs --memory-limit" in result.stderr
     assert not (tmp_path / "out" / "slurm").exists()

@@ -14,18 +14,22 @@ from scaling.cli.output import console
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--wait", is_flag=True, help="Block, with a progress bar, until every cell ended.")
 def status(out_dir, wait):
-    """Where the cells that OUT_DIR submitted to Slurm stand: pending, running, or their final
-    status. One squeue and one scontrol call per poll; a cell whose job ended without a record
-    (timeout, cancelled, node failure, out of memory, vanished) is recorded here with the reason.
+    """Where the cells that OUT_DIR submitted to Slurm stand: pending, running, missing, or
+    their final status. One squeue and one scontrol call per poll; a cell whose job ended
+    without a record (timeout, cancelled, node failure, out of memory) is recorded here with the
+    reason, and one that vanished from the controller once two polls, a grace period apart,
+    and sacct do not know it (SCALING_SLURM_VANISH_GRACE_S, default 120).
 
-    Exits 0."""
+    Exits 0; 3 when Slurm could not be asked (nothing is recorded then). With --wait, a
+    controller that does not answer is asked again for up to 10 minutes."""
     from scaling.slurm import backend as slurm_backend
     from scaling.slurm import queue as slurm_queue
 
     slurm_backend.require_slurm()
-    states = slurm_queue.poll(out_dir)
     if wait:
-        states = slurm_backend.wait(out_dir, list(states), console)
+        states = slurm_backend.wait(out_dir, slurm_queue.submitted(out_dir), console)
+    else:
+        states = slurm_queue.poll(out_dir)
     table = Table(title=f"{out_dir}: cells submitted to Slurm")
     for header in ("cell", "job", "state"):
         table.add_column(header)
@@ -41,7 +45,8 @@ def status(out_dir, wait):
 def cancel(out_dir):
     """Cancel the Slurm jobs of OUT_DIR and record their unfinished cells as cancelled.
 
-    A later `sweep --resume` skips them, as it skips every recorded cell. Exits 0."""
+    A later `sweep --resume` skips them, as it skips every recorded cell. Exits 0; 3 when
+    Slurm could not be asked."""
     from scaling.slurm import backend as slurm_backend
     from scaling.slurm import queue as slurm_queue
 

@@ -1,1 +1,2 @@
-"""Slurm: submitting cells as job arrays, polling where they stand, and the array task."""
+"""Slurm: asking it, submitting cells as job arrays, polling where they stand, and the array
+task."""

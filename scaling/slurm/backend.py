@@ -13,7 +13,8 @@ from scaling.errors import ScalingError
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.runner import progress_bar
 from scaling.execute.store import ResultStore
-from scaling.slurm.queue import UNFINISHED, finished, poll
+from scaling.slurm.queue import (IN_FLIGHT, OUTAGE_PATIENCE_S, UNFINISHED, finished, patiently,
+                                 poll)
 from scaling.slurm.submit import require_slurm, submit_cells
 from scaling.sweep import SlurmSection
 
@@ -30,12 +31,12 @@ def with_overrides(section: Optional[SlurmSection], **flags) -> SlurmSection:
 
 
 def to_submit(cells: List[Cell], out_dir) -> List[Cell]:
-    """Cells with no record whose array task is not pending or running."""
+    """Cells with no record whose array task is not pending, running or missing."""
     require_slurm()
     recorded = ResultStore(out_dir).done()
     states = poll(out_dir)
     return [cell for cell in cells if cell.cell_id not in recorded
-            and states.get(cell.cell_id, {}).get("state") not in ("pending", "running")]
+            and states.get(cell.cell_id, {}).get("state") not in IN_FLIGHT]
 
 
 def submit(cells: List[Cell], out_dir, section: SlurmSection, label: str,
@@ -47,12 +48,15 @@ def submit(cells: List[Cell], out_dir, section: SlurmSection, label: str,
                   (f": {', '.join(job['job_id'] for job in jobs)}" if jobs else ""))
 
 
-def wait(out_dir, cell_ids: List[str], console: Console, poll_s: float = POLL_S) -> Dict:
-    """Poll until every one of ``cell_ids`` has a final status; a progress bar meanwhile."""
+def wait(out_dir, cell_ids: List[str], console: Console, poll_s: float = POLL_S,
+         patience_s: float = OUTAGE_PATIENCE_S) -> Dict:
+    """Poll until every one of ``cell_ids`` has a final status; a progress bar meanwhile. A
+    poll that cannot ask the controller is asked again, for up to ``patience_s``."""
     with progress_bar(console) as progress:
         task = progress.add_task("slurm", total=len(cell_ids))
         while True:
-            states = {cell_id: state for cell_id, state in poll(out_dir).items()
+            states = {cell_id: state for cell_id, state
+                      in patiently(lambda: poll(out_dir), poll_s, patience_s).items()
                       if cell_id in cell_ids}
             unsubmitted = [c for c, s in states.items() if s["state"] == "unsubmitted"]
             if unsubmitted or len(states) < len(cell_ids):

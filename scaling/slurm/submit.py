@@ -16,7 +16,6 @@ import json
 import shlex
 import shutil
 import string
-import subprocess
 import sys
 import uuid
 from dataclasses import asdict
@@ -25,9 +24,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from scaling import PROJECT_ROOT
 from scaling.cell import Cell
-from scaling.errors import ScalingError
+from scaling.errors import InfrastructureError
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.store import locked_append
+from scaling.slurm import controller
 from scaling.sweep import SlurmSection
 
 TEMPLATE = Path(__file__).with_name("array.sbatch")
@@ -38,7 +38,7 @@ LEDGER = "jobs.jsonl"
 
 def require_slurm() -> None:
     if shutil.which("sbatch") is None:
-        raise ScalingError("--backend slurm needs Slurm's sbatch on PATH (Debian: apt-get "
+        raise InfrastructureError("--backend slurm needs Slurm's sbatch on PATH (Debian: apt-get "
                            "install slurm-wlm); use --backend local to run here")
 
 
@@ -100,39 +100,16 @@ def submit_cells(cells: Sequence[Cell], out_dir, section: SlurmSection, label: s
                  pythons: Optional[Dict[str, str]] = None,
                  watch: WatchSettings = WatchSettings()) -> List[Dict]:
     """Submit ``cells``, one array per resource group; returns the ledger entries."""
-    require_slurm()
-    out_dir = Path(out_dir).resolve()
-    slurm_dir = out_dir / SLURM_DIR
-    slurm_dir.mkdir(parents=True, exist_ok=True)
     groups: Dict[Tuple, List[Cell]] = {}
     for cell in cells:
         groups.setdefault(resources(cell, section), []).append(cell)
-    template = TEMPLATE.read_text()
     submitted = []
     for (nodes, gpus, cpus), members in groups.items():
-        name = f"scaling-{label}-{uuid.uuid4().hex[:8]}"
-        group_file = slurm_dir / f"{name}.json"
-        group_file.write_text(json.dumps({
-            "cells": [cell.to_dict() for cell in members], "pythons": pythons or {},
-            "watch": asdict(watch)}, indent=1))
-        script = slurm_dir / f"{name}.sbatch"
-        script.write_text(render_script(
-            template, workdir=str(PROJECT_ROOT), pythonpath=str(PROJECT_ROOT),
-            python=sys.executable, nodes=nodes, out_dir=str(out_dir),
-            group_file=str(group_file)))
-        entry = {"name": name, "group_file": str(group_file),
-                 "cells": [cell.cell_id for cell in members],
-                 "noted_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}
-        note(out_dir, entry)
-        argv = sbatch_argv(script, job_name=name, tasks=len(members), nodes=nodes,
-                           cpus_per_task=cpus, gpus_per_node=gpus, section=section,
-                           log_dir=slurm_dir)
-        result = subprocess.run(argv, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise ScalingError(f"sbatch refused {name}: {result.stderr.strip()}")
-        entry["job_id"] = result.stdout.strip().split(";")[0]
-        note(out_dir, {"name": name, "job_id": entry["job_id"]})
-        submitted.append(entry)
+        group = {"cells": [cell.to_dict() for cell in members], "pythons": pythons or {},
+                 "watch": asdict(watch)}
+        submitted.append(submit_array(
+            out_dir, label, group, {"cells": [cell.cell_id for cell in members]}, section,
+            tasks=len(members), nodes=nodes, gpus_per_node=gpus, cpus_per_task=cpus))
     return submitted
 
 
@@ -140,25 +117,33 @@ def submit_command(argv: List[str], out_dir, section: SlurmSection, label: str,
                    gpus_per_node: Optional[int], cpus_per_task: int) -> Dict:
     """Submit one ``scaling ARGV`` command as a one-task array on one node (a max-batch
     search, whose trials depend on each other and so run in one job)."""
+    return submit_array(out_dir, label, {"command": list(argv)},
+                        {"cells": [], "command": list(argv)}, section, tasks=1, nodes=1,
+                        gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task)
+
+
+def submit_array(out_dir, label: str, group: Dict, noted: Dict, section: SlurmSection, *,
+                 tasks: int, nodes: int, gpus_per_node: Optional[int],
+                 cpus_per_task: int) -> Dict:
+    """Write ``group`` (what the array tasks run) and its batch script to ``OUT/slurm/``, note
+    the submission (with ``noted``) in the ledger, ``sbatch`` it and note its job id; returns
+    the ledger entry."""
     require_slurm()
     out_dir = Path(out_dir).resolve()
     slurm_dir = out_dir / SLURM_DIR
     slurm_dir.mkdir(parents=True, exist_ok=True)
     name = f"scaling-{label}-{uuid.uuid4().hex[:8]}"
     group_file = slurm_dir / f"{name}.json"
-    group_file.write_text(json.dumps({"command": list(argv)}))
+    group_file.write_text(json.dumps(group, indent=1))
     script = slurm_dir / f"{name}.sbatch"
     script.write_text(render_script(
         TEMPLATE.read_text(), workdir=str(PROJECT_ROOT), pythonpath=str(PROJECT_ROOT),
-        python=sys.executable, nodes=1, out_dir=str(out_dir), group_file=str(group_file)))
-    entry = {"name": name, "group_file": str(group_file), "cells": [], "command": list(argv)}
+        python=sys.executable, nodes=nodes, out_dir=str(out_dir), group_file=str(group_file)))
+    entry = {"name": name, "group_file": str(group_file), **noted,
+             "noted_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}
     note(out_dir, entry)
-    result = subprocess.run(sbatch_argv(script, job_name=name, tasks=1, nodes=1,
-                                        cpus_per_task=cpus_per_task, gpus_per_node=gpus_per_node,
-                                        section=section, log_dir=slurm_dir),
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        raise ScalingError(f"sbatch refused {name}: {result.stderr.strip()}")
-    entry["job_id"] = result.stdout.strip().split(";")[0]
+    entry["job_id"] = controller.sbatch(sbatch_argv(
+        script, job_name=name, tasks=tasks, nodes=nodes, cpus_per_task=cpus_per_task,
+        gpus_per_node=gpus_per_node, section=section, log_dir=slurm_dir), name)
     note(out_dir, {"name": name, "job_id": entry["job_id"]})
     return entry

@@ -26,6 +26,7 @@ from scaling.execute.run import provenance, run_cell
 from scaling.execute.store import ResultStore
 from scaling.launchers import get_launcher
 from scaling.placement import Placement
+from scaling.slurm import controller
 from scaling.workers.common import write_json_atomically
 
 _ADDR = re.compile(r"\bNodeName=(\S+).*?\bNodeAddr=(\S+)")
@@ -33,10 +34,8 @@ _ADDR = re.compile(r"\bNodeName=(\S+).*?\bNodeAddr=(\S+)")
 
 def node_addresses(nodelist: str) -> List[str]:
     """The address of each node of ``nodelist`` (Slurm's compressed form), in its order."""
-    names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                           text=True, check=True).stdout.split()
-    out = subprocess.run(["scontrol", "show", "node", "-o", ",".join(names)],
-                         capture_output=True, text=True, check=True).stdout
+    names = controller.call(["scontrol", "show", "hostnames", nodelist]).split()
+    out = controller.call(["scontrol", "show", "node", "-o", ",".join(names)])
     addresses = dict(_ADDR.findall(out))
     return [addresses.get(name, name) for name in names]
 
