@@ -28,7 +28,8 @@ def search(workload, size, cap, strategy, start, scratch):
                                TrialRunner(Path(scratch) / f"{workload}-{cap}-{strategy}"),
                                strategy, confirm=strategy == "model")
     return {"max_batch": found.max_batch, "min_oom_batch": found.min_oom_batch,
-            "trials": found.trials, "seconds": found.seconds, "status": found.status}
+            "trials": found.trials, "seconds": found.seconds, "status": found.status,
+            "error": found.error}
 
 
 def main():
@@ -56,7 +57,9 @@ def main():
     result = {
         "benchmark": "max-batch search: model-guided vs doubling-then-bisection",
         "config": {"start": args.start, "granularity": 1, "devices": 1, "steps": 2,
-                   "warmup": 1, "confirmation_run": "model only; the baseline stops at its answer"},
+                   "warmup": 1, "confirmation_runs": "model only, of the answer and of the "
+                                                     "smallest OOM; the baseline stops at its "
+                                                     "answer"},
         "machine": {"cpu_model": hardware.cpu_model(), "cores": hardware.cpu_cores()},
         "cases": rows,
     }

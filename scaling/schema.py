@@ -10,7 +10,8 @@ from typing import Dict
 
 STATUSES: Dict[str, str] = {
     "ok": "every rank finished its timed window",
-    "oom": "a rank ran out of device memory (CUDA, or the CPU memory cap)",
+    "oom": "a rank ran out of device memory (CUDA, or the CPU memory cap), on the evidence in "
+           "oom_evidence",
     "timeout": "no result within the cell's timeout; the process tree was killed",
     "crashed": "a rank died without reporting, for example killed by a signal",
     "error": "a rank raised an error other than out-of-memory",
@@ -29,6 +30,9 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "pid": "its process id",
     "status": "ok, or one of " + ", ".join(FAILED_RANK_STATUSES),
     "error": "one-line reason when not ok",
+    "oom_evidence": "with status oom, why (the framework's own out-of-memory error, or under "
+                    "the heap cap a failed allocation or a peak that reached the cap); null "
+                    "with status error",
     "failed_at": "wall time of the failure",
     "params": "trainable parameters of the model",
     "versions": "framework and library versions",
@@ -45,7 +49,8 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "step_time_median_s": "median step time",
     "step_time_p95_s": "95th percentile step time",
     "peak_memory_bytes": "peak device memory (CUDA allocated), or peak RSS on CPU",
-    "capped_memory_peak_bytes": "peak of the quantity that out-of-memory is decided on",
+    "capped_memory_peak_bytes": "peak of the quantity that out-of-memory is decided on (also "
+                                "in a failure's report under the heap cap)",
     "memory_capacity_bytes": "how much of that quantity the rank could have",
     "host": "host name of the reporting process",
     "world_size": "processes in the cell (launchers that set WORLD_SIZE)",
@@ -87,6 +92,10 @@ RECORD_FIELDS: Dict[str, str] = {
     "mode": "train, forward (inference) or forward_backward (no optimizer step)",
     "status": "one of " + ", ".join(STATUSES),
     "error": "one-line reason when not ok",
+    "oom_evidence": "why the status is oom: 'framework error: ...' (the framework's own "
+                    "out-of-memory error) or, under the heap cap, a failed allocation or a peak "
+                    "that reached the cap ('peak 1.99 GiB reached the 2 GiB cap'); null "
+                    "otherwise",
     "params": "trainable parameters",
     "images_per_sec": "global images over the longest rank window",
     "images_per_sec_ci95": "[low, high]: 95% interval of images_per_sec from the chunk times",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from scaling.maxbatch.bracket import STRATEGIES, Bracket
+from scaling.maxbatch.search import find_max_batches, trial_factory
 
 
 def linear(batch):
@@ -62,3 +63,79 @@ def test_the_search_stops_at_the_maximum_when_nothing_runs_out_of_memory():
 def test_when_even_the_starting_batch_does_not_fit_there_is_no_answer():
     answer, smallest_oom, _ = search("model", 3, start=4)
     assert answer is None and smallest_oom == 4
+
+
+class FakeDevice:
+    """A trial runner that runs nothing: each trial's status is ``outcome(batch, attempt)``,
+    its memory ``linear(batch)`` against a capacity between ``limit`` and the next batch."""
+
+    def __init__(self, limit, outcome=None):
+        self.capacity = (linear(limit) + linear(limit + 1)) / 2
+        self.outcome = outcome or (lambda batch, attempt: None)
+        self.trials = []
+        """(batch, status) of each trial, in order."""
+
+    def __call__(self, cell):
+        batch = cell.batch_size
+        fits = linear(batch) <= self.capacity
+        status = self.outcome(batch, cell.repeat) or ("ok" if fits else "oom")
+        self.trials.append((batch, status))
+        ok = status == "ok"
+        return {"status": status, "error": None if ok else f"{status} at batch {batch}",
+                "capped_memory_peak_bytes": linear(batch) if ok else None,
+                "memory_capacity_bytes": self.capacity if ok else None,
+                "images_per_sec": 100.0 if ok else None,
+                "peak_memory_bytes": linear(batch) if ok else None, "wall_s": 1.0}
+
+
+def search_with_trials(device, k=8, start=8, confirm=True):
+    make_trial = trial_factory(framework="torch", launcher="torchrun", workload="cifar10",
+                               image_size=32, steps=1, warmup=0, device_type="cpu",
+                               threads_per_device=1, memory_limit=2**30)
+    [found] = find_max_batches(make_trial, [1], k, start, None, device, confirm=confirm)
+    return found
+
+
+def test_the_answer_and_the_smallest_oom_each_run_once_more():
+    unconfirmed = FakeDevice(150)
+    assert search_with_trials(unconfirmed, confirm=False).max_batch == 144
+    device = FakeDevice(150)
+    found = search_with_trials(device)
+    assert (found.max_batch, found.min_oom_batch, found.status) == (144, 152, "ok")
+    assert device.trials == unconfirmed.trials + [(152, "oom"), (144, "ok")]
+    assert found.trials == len(device.trials) == 7
+
+
+def test_a_sporadic_oom_below_the_limit_does_not_stand_for_it():
+    # The predicted limit, 144, runs out of memory on its first run only.
+    device = FakeDevice(150, lambda batch, attempt: "oom" if (batch, attempt) == (144, 0) else None)
+    found = search_with_trials(device)
+    assert (found.max_batch, found.min_oom_batch) == (144, 152)
+    assert [status for batch, status in device.trials if batch == 144] == ["oom", "ok", "ok"]
+    assert [status for batch, status in device.trials if batch == 152] == ["oom", "oom"]
+
+
+def test_a_sporadic_fit_above_the_limit_does_not_stand_for_it():
+    # 152, one step past the limit, fits on its first run only.
+    device = FakeDevice(150, lambda batch, attempt: "ok" if (batch, attempt) == (152, 0) else None)
+    found = search_with_trials(device)
+    assert (found.max_batch, found.min_oom_batch) == (144, 152)
+    assert [status for batch, status in device.trials if batch == 152] == ["ok", "oom"]
+    assert device.trials[-1] == (144, "ok")
+
+
+def test_a_trial_that_fails_otherwise_once_is_run_again_and_the_search_goes_on():
+    device = FakeDevice(150, lambda batch, attempt: "error" if (batch, attempt) == (8, 0) else None)
+    found = search_with_trials(device)
+    assert (found.max_batch, found.min_oom_batch, found.status) == (144, 152, "ok")
+    assert device.trials[:2] == [(8, "error"), (8, "ok")]
+    assert found.trials == 8
+
+
+def test_a_trial_that_fails_otherwise_twice_stops_the_search_and_names_its_batch():
+    device = FakeDevice(150, lambda batch, attempt: "crashed" if batch == 64 else None)
+    found = search_with_trials(device)
+    assert device.trials == [(8, "ok"), (16, "ok"), (64, "crashed"), (64, "crashed")]
+    assert (found.max_batch, found.min_oom_batch, found.trials) == (None, None, 4)
+    assert (found.status, found.failed_batch) == ("crashed", 64)
+    assert found.error == "batch 64 ended crashed twice: crashed at batch 64"

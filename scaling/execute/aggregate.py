@@ -14,7 +14,8 @@ def _earliest(reports: List[Dict], status: str) -> Optional[Dict]:
 
 
 def _failed(report: Dict) -> Dict:
-    return {"status": report["status"], "error": f"rank {report['rank']}: {report['error']}"}
+    return {"status": report["status"], "error": f"rank {report['rank']}: {report['error']}",
+            "oom_evidence": report.get("oom_evidence")}
 
 
 def _mean_breakdown(reports: List[Dict]) -> Optional[Dict[str, float]]:
@@ -38,10 +39,18 @@ def summarize(
     stopped by the launcher or the harness report ``terminated``, which is no failure of their
     own.
 
+    ``oom_evidence`` says why a cell is ``oom`` (the rank's own evidence); it is null otherwise.
     ``images_per_sec`` is the global image count over the longest rank window. Each rank times
     its window on its own clock between two barriers, so no two hosts' clocks are compared.
     Its 95% interval comes from the chunk times of the rank with that window.
     """
+    outcome = _outcome(reports, world_size, returncode, timed_out, timeout_s, first_rank)
+    outcome.setdefault("oom_evidence", None)
+    return outcome
+
+
+def _outcome(reports: List[Dict], world_size: int, returncode: Optional[int], timed_out: bool,
+             timeout_s: float, first_rank: int) -> Dict:
     oom = _earliest(reports, "oom")
     if oom is not None:
         return _failed(oom)
@@ -65,13 +74,16 @@ def summarize(
         stopped = sorted(r["rank"] for r in reports if r["status"] != "ok")
         return {"status": "crashed",
                 "error": f"ranks {stopped} were stopped (launcher exit code {returncode})"}
+    return {"status": "ok", "error": None, **_metrics(reports)}
+
+
+def _metrics(reports: List[Dict]) -> Dict:
+    """What the ranks of a cell that ended ``ok`` measured, together."""
     slowest = max(reports, key=lambda r: r["window_s"])
     window = slowest["window_s"]
     images = sum(r["images"] for r in reports)
     peaks = [r["peak_memory_bytes"] for r in sorted(reports, key=lambda r: r["rank"])]
     return {
-        "status": "ok",
-        "error": None,
         "images_per_sec": images / window,
         "images_per_sec_ci95": throughput_interval(images / window, slowest["chunks"]),
         "timed_images": images,

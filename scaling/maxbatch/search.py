@@ -1,8 +1,9 @@
 """Find the largest per-device batch that fits, at each device count, under the real launcher.
 
 Every trial is a real cell (purpose ``maxbatch``) run in a fresh process tree: a few timed steps
-of forward, backward and optimizer step. A trial fails on memory if any rank reports OOM; a trial
-that fails any other way stops the search for that device count with its status. Trials are
+of forward, backward and optimizer step. A trial fails on memory if any rank reports OOM (on the
+evidence its report gives, ``oom_evidence``); a trial that fails any other way runs once more,
+and failing again stops the search for that device count with its status and batch. Trials are
 recorded in ``results.jsonl`` like sweep cells, so a killed search resumes without repeating one.
 The answer is run once more to confirm it, and so is the smallest batch that ran out of memory
 (an allocator's peak near the limit can vary from run to run).
@@ -13,7 +14,7 @@ from __future__ import annotations
 import csv
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 from scaling.cell import Cell, make_cell
 from scaling.errors import ScalingError
@@ -41,6 +42,9 @@ class MaxBatchResult:
     status: str = "ok"
     """``ok``, or the status of the trial that stopped the search."""
     error: Optional[str] = None
+    """Why the search stopped: the batch, and the error of its last run."""
+    failed_batch: Optional[int] = None
+    """The batch whose trial failed other than by OOM twice, stopping the search."""
 
 
 class TrialRunner:
@@ -63,68 +67,129 @@ class TrialRunner:
         return record
 
 
-def search_devices(make_trial: Callable[[int, int, int], Cell], devices: int, state: Bracket,
-                   run_trial: TrialRunner, strategy: str = "model",
-                   confirm: bool = True) -> MaxBatchResult:
-    """Search one device count. ``make_trial(devices, batch, attempt)`` builds a trial cell."""
-    propose = STRATEGIES[strategy]
-    attempts: Dict[int, int] = {}
-    records: List[Dict] = []
+class _GaveUp(Exception):
+    """A batch failed other than by OOM on its run and on its retry."""
 
-    def trial(batch: int) -> Dict:
-        record = run_trial(make_trial(devices, batch, attempts.get(batch, 0)))
-        attempts[batch] = attempts.get(batch, 0) + 1
-        records.append(record)
-        return record
+    def __init__(self, batch: int):
+        super().__init__(batch)
+        self.batch = batch
 
-    def result(record: Optional[Dict], status="ok", error=None) -> MaxBatchResult:
-        cell = make_trial(devices, state.lo or state.min_batch, 0)
+
+class DeviceSearch:
+    """The trials of one device count: the bracket, and what each batch did on each run.
+
+    ``make_trial(devices, batch, attempt)`` builds a trial cell; each run of a batch is its own
+    cell (``repeat`` is the attempt), so a resumed search replays them one by one.
+    """
+
+    def __init__(self, make_trial: Callable[[int, int, int], Cell], devices: int,
+                 state: Bracket, run_trial: TrialRunner, strategy: str = "model",
+                 confirm: bool = True):
+        self.make_trial, self.devices, self.state = make_trial, devices, state
+        self.run_trial, self.propose, self.confirm = run_trial, STRATEGIES[strategy], confirm
+        self.records: List[Dict] = []
+        self.runs: Dict[int, List[Dict]] = {}
+        """Batch -> its records, in the order they ran."""
+        self.ooms: Set[int] = set()
+
+    def run(self) -> MaxBatchResult:
+        try:
+            return self._search()
+        except _GaveUp as stop:
+            first, last = self.runs[stop.batch][-2:]
+            how = (f"{last['status']} twice" if first["status"] == last["status"]
+                   else f"{first['status']}, then {last['status']}")
+            return self._result(None, last["status"], failed_batch=stop.batch,
+                                error=f"batch {stop.batch} ended {how}: {last['error']}")
+
+    def _search(self) -> MaxBatchResult:
+        """Bracket, then confirm: the smallest OOM (a fit there reopens the bracket), then the
+        answer (an OOM there makes it the smallest OOM, and the next largest fit the answer)."""
+        state = self.state
+        while True:
+            self._bracket()
+            if not self.confirm:
+                return self._result(self._last_fit(state.lo))
+            if self._smallest_oom_fits():
+                continue
+            if state.lo is None:
+                return self._result(None)
+            check = self._trial(state.lo)
+            if check["status"] == "ok":
+                return self._result(check)
+            self._ran_out(state.lo)
+            state.usage.pop(state.lo, None)
+            state.lo = max((b for b in state.usage if b < state.hi), default=None)
+
+    def _bracket(self) -> None:
+        """Run the strategy's trials until it has no batch left to propose."""
+        batch = self.propose(self.state)
+        while batch is not None:
+            record = self._trial(batch)
+            if record["status"] == "ok":
+                self._fits(batch, record)
+            else:
+                self._ran_out(batch)
+            batch = self.propose(self.state)
+
+    def _smallest_oom_fits(self) -> bool:
+        """Run the smallest OOM once more if it ran out of memory on its only run: near the
+        limit an allocator's peak can vary from run to run (TensorFlow's BFC allocator under
+        its cap does), and a sporadic OOM must not stand for the limit. True when it fitted:
+        it is no bound, and the next smallest OOM takes its place."""
+        state = self.state
+        if state.hi is None or self._outcomes(state.hi) != ["oom"]:
+            return False
+        again = self._trial(state.hi)
+        if again["status"] != "ok":
+            return False
+        self.ooms.discard(state.hi)
+        self._fits(state.hi, again)
+        state.hi = min((b for b in self.ooms if b > state.lo), default=None)
+        return True
+
+    def _trial(self, batch: int) -> Dict:
+        """Run ``batch`` (once more when it fails other than by OOM): its record, ``ok`` or
+        ``oom``; :class:`_GaveUp` when the retry fails too."""
+        for _ in range(2):
+            runs = self.runs.setdefault(batch, [])
+            record = self.run_trial(self.make_trial(self.devices, batch, len(runs)))
+            runs.append(record)
+            self.records.append(record)
+            if record["status"] in ("ok", "oom"):
+                return record
+        raise _GaveUp(batch)
+
+    def _fits(self, batch: int, record: Dict) -> None:
+        self.state.fits(batch, record["capped_memory_peak_bytes"],
+                        record["memory_capacity_bytes"])
+
+    def _ran_out(self, batch: int) -> None:
+        self.state.out_of_memory(batch)
+        self.ooms.add(batch)
+
+    def _outcomes(self, batch: int) -> List[str]:
+        """The statuses of ``batch``'s runs that decided something: ``ok`` or ``oom``."""
+        return [r["status"] for r in self.runs[batch] if r["status"] in ("ok", "oom")]
+
+    def _last_fit(self, batch: Optional[int]) -> Optional[Dict]:
+        """The last record of ``batch`` that ended ``ok``, or None."""
+        fits = [r for r in self.runs.get(batch, []) if r["status"] == "ok"]
+        return fits[-1] if fits else None
+
+    def _result(self, record: Optional[Dict], status: str = "ok", error: Optional[str] = None,
+                failed_batch: Optional[int] = None) -> MaxBatchResult:
+        state = self.state
+        cell = self.make_trial(self.devices, state.lo or state.min_batch, 0)
         return MaxBatchResult(
             framework=cell.framework, launcher=cell.launcher, workload=cell.workload,
-            devices=devices, max_batch=state.lo if status == "ok" else None,
+            devices=self.devices, max_batch=state.lo if status == "ok" else None,
             min_oom_batch=state.hi if status == "ok" else None,
             images_per_sec=record and record["images_per_sec"],
             peak_memory_bytes=record and record["peak_memory_bytes"],
-            trials=len(records), seconds=round(sum(r["wall_s"] for r in records), 1),
-            status=status, error=error,
+            trials=len(self.records), seconds=round(sum(r["wall_s"] for r in self.records), 1),
+            status=status, error=error, failed_batch=failed_batch,
         )
-
-    ooms = set()
-    while True:
-        batch = propose(state)
-        while batch is not None:
-            record = trial(batch)
-            if record["status"] == "ok":
-                state.fits(batch, record["capped_memory_peak_bytes"],
-                           record["memory_capacity_bytes"])
-            elif record["status"] == "oom":
-                state.out_of_memory(batch)
-                ooms.add(batch)
-            else:
-                return result(None, record["status"], record["error"])
-            batch = propose(state)
-        if confirm and state.hi is not None and attempts.get(state.hi, 0) == 1:
-            # The smallest OOM is tried once more: near the limit an allocator's peak can vary
-            # from run to run, and a sporadic OOM must not stand for the limit.
-            again = trial(state.hi)
-            if again["status"] == "ok":
-                ooms.discard(state.hi)
-                state.fits(state.hi, again["capped_memory_peak_bytes"],
-                           again["memory_capacity_bytes"])
-                state.hi = min((b for b in ooms if b > state.lo), default=None)
-                continue
-            if again["status"] != "oom":
-                return result(None, again["status"], again["error"])
-        if state.lo is None or not confirm:
-            return result(records[-1] if state.lo is not None else None)
-        check = trial(state.lo)
-        if check["status"] == "ok":
-            return result(check)
-        if check["status"] != "oom":
-            return result(None, check["status"], check["error"])
-        state.usage.pop(state.lo, None)
-        state.out_of_memory(state.lo)
-        state.lo = max((b for b in state.usage if b < state.hi), default=None)
 
 
 def find_max_batches(make_trial: Callable[[int, int, int], Cell], device_counts: List[int],
@@ -148,7 +213,7 @@ def find_max_batches(make_trial: Callable[[int, int, int], Cell], device_counts:
             if previous.lo is not None:
                 state.start = previous.lo
             state.slope_hint = previous.slope()
-        found = search_devices(make_trial, devices, state, run_trial, strategy, confirm)
+        found = DeviceSearch(make_trial, devices, state, run_trial, strategy, confirm).run()
         if headroom is not None and found.max_batch is not None:
             found.safe_batch = state.floor(found.max_batch * headroom)
         results.append(found)

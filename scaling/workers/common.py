@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import signal
 import statistics
 import sys
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 FAULT_ENV = "SCALING_FAULT"
 FAULT_KINDS = ("crash", "hang", "error")
@@ -33,6 +34,10 @@ _OOM_PATTERNS = re.compile(
     r"memory allocation failed|std::bad_alloc|OOM when allocating|ResourceExhausted",
     re.IGNORECASE,
 )
+
+CAP_MARGIN = 0.01
+"""A failure under the heap cap is ``oom`` when the data segment's peak came within this
+fraction of the cap."""
 
 
 def load_cell(cell_dir: str) -> Dict:
@@ -97,20 +102,49 @@ class FaultInjector:
         raise RuntimeError(f"injected fault at rank {self.rank}, step {step}")
 
 
-def classify_failure(error: BaseException):
-    """(status, one-line reason): ``oom`` for allocator failures, ``error`` for anything else."""
+def classify_failure(error: BaseException, memory: Optional[Dict] = None,
+                     allocation_failed: bool = False) -> Tuple[str, str, Optional[str]]:
+    """(status, one-line reason, evidence): ``oom`` only on evidence that memory ran out,
+    ``error`` with no evidence for anything else.
+
+    The evidence is the framework's own out-of-memory error ("framework error: ..."), or, for a
+    failure of any other kind under the heap cap, what :func:`cap_evidence` finds in ``memory``
+    (:func:`memory_at_failure`) and ``allocation_failed``. Nothing else makes a failure ``oom``.
+    """
     name = type(error).__name__
-    text = str(error).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     first_line = lines[0] if lines else ""
     if first_line.endswith(":") and len(lines) > 1:
         first_line = lines[-1]  # a header such as TensorFlow's "in user code:"
-    oom_line = next((line.strip() for line in text.splitlines() if _OOM_PATTERNS.search(line)),
-                    None)
-    is_oom = name in _OOM_TYPES or oom_line is not None
+    oom_line = next((line for line in lines if _OOM_PATTERNS.search(line)), None)
     line = oom_line or first_line
     reason = (line if line.startswith(f"{name}:") else f"{name}: {line}")[:300]
-    return ("oom" if is_oom else "error"), reason
+    if name in _OOM_TYPES or oom_line is not None:
+        return "oom", reason, f"framework error: {reason}"
+    evidence = cap_evidence(memory, allocation_failed)
+    return ("oom" if evidence else "error"), reason, evidence
+
+
+def cap_evidence(memory: Optional[Dict], allocation_failed: bool) -> Optional[str]:
+    """Why a failure under the heap cap ran out of memory, or None without a cap or a sign.
+
+    Either an allocation had just failed (``errno`` was ENOMEM when the error arrived: a
+    framework may report the failure in its own words, as oneDNN's "could not execute a
+    primitive" does when its workspace does not fit), or the capped peak in ``memory`` came
+    within ``CAP_MARGIN`` of the cap.
+    """
+    if not memory or memory.get("memory_capacity_bytes") is None:
+        return None
+    peak, cap = memory["capped_memory_peak_bytes"], memory["memory_capacity_bytes"]
+    if allocation_failed:
+        return f"an allocation failed (ENOMEM) under the {_gib(cap)} cap, peak {_gib(peak)}"
+    if peak >= cap * (1 - CAP_MARGIN):
+        return f"peak {_gib(peak)} reached the {_gib(cap)} cap"
+    return None
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.3g} GiB"
 
 
 def step_time_summary(step_times: List[float]) -> Dict[str, float]:
@@ -144,6 +178,24 @@ def cpu_memory_headroom() -> Dict[str, Optional[int]]:
             "memory_capacity_bytes": None if cap == resource.RLIM_INFINITY else cap}
 
 
+def memory_at_failure() -> Dict[str, int]:
+    """Under the heap cap, :func:`cpu_memory_headroom` as a failure left it; empty without a
+    cap (frameworks that cap their own allocator raise their own out-of-memory error)."""
+    if resource.getrlimit(resource.RLIMIT_DATA)[0] == resource.RLIM_INFINITY:
+        return {}
+    return cpu_memory_headroom()
+
+
+def errno_reader() -> Callable[[], int]:
+    """A function that reads the calling thread's C ``errno`` (glibc's ``__errno_location``; a
+    library loaded with ctypes' ``use_errno`` would swap in its own copy); 0 elsewhere."""
+    location = getattr(ctypes.CDLL(None), "__errno_location", None)
+    if location is None:
+        return lambda: 0
+    location.restype = ctypes.POINTER(ctypes.c_int)
+    return lambda: location()[0]
+
+
 def report_path(cell_dir: str, rank: int) -> str:
     return os.path.join(cell_dir, f"rank{rank}.json")
 
@@ -174,11 +226,15 @@ def reporting(cell_dir: str, rank: int):
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    read_errno = errno_reader()
     try:
         yield report
     except (Exception, MemoryError) as error:
-        status, reason = classify_failure(error)
-        report.update(status=status, error=reason, failed_at=time.time())
+        allocation_failed = read_errno() == errno.ENOMEM  # before any other call can set it
+        memory = memory_at_failure()
+        status, reason, evidence = classify_failure(error, memory, allocation_failed)
+        report.update(memory, status=status, error=reason, oom_evidence=evidence,
+                      failed_at=time.time())
         write_report(cell_dir, rank, report)
         sys.stderr.write(f"rank {rank} failed: {reason}\n")
         sys.stderr.flush()
