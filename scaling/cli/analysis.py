@@ -37,7 +37,7 @@ def matmul(frameworks, sizes, device_types, dtype, repeats, timeout_s, out_dir):
     n, CPU/GPU ratio against n) follow, with the crossover n where the GPU starts to win.
 
     Exits 0 once every size has a status, 2 for bad input."""
-    from scaling import matmul as bench
+    from scaling.execute import matmul as bench
     from scaling.report.figures import matmul_figures, save_png
 
     names = [name.strip() for name in frameworks.split(",") if name.strip()]
