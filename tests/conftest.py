@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -33,13 +34,37 @@ def scaling_cli_ok(*args, **kwargs) -> subprocess.CompletedProcess:
 
 
 def images_per_sec_from_reports(reports) -> float:
-    """Global images over the longest rank window, as the harness computes it."""
+    """Global images over the longest rank window, as the harness computes it (kept for the
+    tests that have not moved to :func:`check_images_per_sec`)."""
     return sum(r["images"] for r in reports) / max(r["window_s"] for r in reports)
 
 
 def rank_reports(record) -> list:
     cell_dir = Path(record["log"]).parent
     return [json.loads(p.read_text()) for p in sorted(cell_dir.glob("rank*.json"))]
+
+
+def check_images_per_sec(record, images: int) -> None:
+    """The record's images/sec is ``images``, what the test asked for (per-device batch x
+    devices x timed steps), over the longest rank window, each window read from its rank's
+    start and end timestamps: neither figure is the harness's own sum or maximum."""
+    window = max(report["end"] - report["start"] for report in rank_reports(record))
+    assert record["timed_images"] == images
+    # Wall-clock timestamps near 1.7e9 s differ exactly to within a microsecond.
+    assert record["timed_window_s"] == pytest.approx(window, abs=1e-6)
+    assert record["images_per_sec"] == pytest.approx(images / record["timed_window_s"])
+
+
+def wait_until(condition, what: str, timeout: float = 300.0):
+    """Poll ``condition`` until it returns something true, and return that; fail, saying
+    ``what`` was awaited, after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
+        time.sleep(0.2)
 
 
 def leftover_cell_processes(record) -> list:

@@ -23,6 +23,7 @@ def slowed(records, factor):
     return [{**record, "images_per_sec": record["images_per_sec"] * factor} for record in records]
 
 
+@pytest.mark.slow
 def test_identical_results_exit_0(measured):
     result = scaling_cli("compare", measured, measured)
     assert result.returncode == 0, result.stdout + result.stderr

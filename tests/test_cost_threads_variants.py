@@ -11,8 +11,9 @@ import yaml
 from conftest import (read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_records,
                       write_sweep)
 
+from scaling.cli.options import parse_prices
 from scaling.errors import ScalingError
-from scaling.report.cost import parse_prices, with_costs
+from scaling.report.cost import with_costs
 from scaling.report.tables import series_key, with_scaling
 from scaling.sweep import expand, parse_sweep
 
@@ -77,8 +78,9 @@ def test_a_bad_price_is_a_one_line_error(pair):
     assert parse_prices(["NVIDIA H100=3.5"]) == {"NVIDIA H100": 3.5}
 
 
+@pytest.mark.slow
 def test_a_threads_axis_gives_a_curve_per_thread_count(tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", threads_per_device=[1, 2], steps=5)
+    sweep = write_sweep(tmp_path / "sweep.yaml", threads_per_device=[1, 2])
     out = tmp_path / "out"
     result = scaling_cli_ok("sweep", sweep, "--out", out)
     records = read_records(out)
@@ -89,6 +91,7 @@ def test_a_threads_axis_gives_a_curve_per_thread_count(tmp_path):
     assert "1 thread" in result.stdout and "2 threads" in result.stdout
 
 
+@pytest.mark.slow
 def test_two_environments_of_one_framework_are_two_curves(tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", frameworks={
         "torch": {"launchers": ["torchrun"]},

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import os
 
-from conftest import leftover_cell_processes, read_records, scaling_cli, write_sweep
+import pytest
+from conftest import (leftover_cell_processes, rank_reports, read_records, scaling_cli,
+                      write_sweep)
+
+HANG_TIMEOUT_S = 30
+"""The timeout of the cell whose rank hangs: several times what its ranks take to reach the
+hang."""
 
 
-def run_with_fault(out_dir, fault, devices=2, timeout=120):
+def run_with_fault(out_dir, fault, devices=2, timeout=300):
     env = {**os.environ, "SCALING_FAULT": fault}
     result = scaling_cli(
         "run", "--workload", "cifar10", "--devices", devices, "--batch-size", 4,
@@ -19,23 +25,34 @@ def run_with_fault(out_dir, fault, devices=2, timeout=120):
     return record
 
 
+@pytest.mark.slow
 def test_rank_that_dies_mid_run_is_recorded_as_crashed(out_dir):
-    record = run_with_fault(out_dir, "crash@1:3", timeout=120)
+    """The crash ends the cell; the harness does not wait for the timeout."""
+    record = run_with_fault(out_dir, "crash@1:3", timeout=300)
     assert record["status"] == "crashed"
     assert record["error"] == "rank 1 killed by SIGKILL"
     assert record["images_per_sec"] is None
-    assert record["wall_s"] < 120
+    assert record["wall_s"] < 300
     assert leftover_cell_processes(record) == []
 
 
+@pytest.mark.slow
 def test_rank_that_hangs_is_killed_at_the_timeout_with_nothing_left_behind(out_dir):
-    record = run_with_fault(out_dir, "hang@1:3", timeout=30)
+    """The harness waits the whole timeout, then stops every rank it finds still running."""
+    record = run_with_fault(out_dir, "hang@1:3", timeout=HANG_TIMEOUT_S)
     assert record["status"] == "timeout"
-    assert "no result within 30 s" in record["error"]
-    assert 30 <= record["wall_s"] < 30 + 15
+    assert record["error"] == f"no result within {HANG_TIMEOUT_S} s (ranks [0, 1] still " \
+                              "running); process tree killed"
+    assert record["wall_s"] >= HANG_TIMEOUT_S
+    # Rank 1 sleeps in its hang and stops on SIGTERM; rank 0, blocked in a collective, may not.
+    reports = {report["rank"]: report for report in rank_reports(record)}
+    assert reports[1]["status"] == "terminated"
+    assert "params" in reports[1] and "window_s" not in reports[1]  # built, then hung
+    assert {report["status"] for report in reports.values()} == {"terminated"}
     assert leftover_cell_processes(record) == []
 
 
+@pytest.mark.slow
 def test_rank_that_raises_is_recorded_as_error_with_its_reason(out_dir):
     record = run_with_fault(out_dir, "error@0:2")
     assert record["status"] == "error"
@@ -43,6 +60,7 @@ def test_rank_that_raises_is_recorded_as_error_with_its_reason(out_dir):
     assert leftover_cell_processes(record) == []
 
 
+@pytest.mark.slow
 def test_oom_cell_is_recorded_and_sweep_continues(tmp_path, out_dir):
     config = write_sweep(tmp_path / "oom.yaml", batch_sizes=[1024, 4], image_size=32,
                          memory_limit="1GiB")

@@ -160,6 +160,7 @@ def test_the_page_is_self_contained(page):
     assert "xlink:href=\"http" not in page
 
 
+@pytest.mark.slow
 def test_provenance_names_versions_sweep_file_and_command(tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", name="provenance-check")
     out = tmp_path / "out"

@@ -21,6 +21,7 @@ def measured(tmp_path_factory):
     return out, result
 
 
+@pytest.mark.slow
 def test_records_and_csv_for_every_framework_and_size(measured):
     out, result = measured
     records = read_records(out)
@@ -39,6 +40,7 @@ def test_records_and_csv_for_every_framework_and_size(measured):
         ("tensorflow", "cpu", "10"), ("tensorflow", "cpu", "50"), ("tensorflow", "cpu", "200")]
 
 
+@pytest.mark.slow
 def test_without_a_gpu_it_says_so_and_draws_the_time_plot(measured):
     out, result = measured
     assert "no GPU on this machine: the matrix benchmark runs on the CPU only" in result.stdout

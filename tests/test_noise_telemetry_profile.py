@@ -1,5 +1,9 @@
-"""A cell measured while another process is busy says so, `--wait-for-quiet` waits for it to
-end, telemetry covers the timed window only, and `--profile` says where the step time goes."""
+"""A cell measured while another process is busy says so, `--wait-for-quiet` looks again while
+the machine is busy and gives up at its limit, telemetry covers the timed window only, and
+`--profile` says where the step time goes.
+
+The busy process is real, and every test that needs it waits until the harness's own look at
+the machine sees it. What is checked is what the harness recorded, never how long it took."""
 
 from __future__ import annotations
 
@@ -7,26 +11,35 @@ import contextlib
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import psutil
 import pytest
-from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok
+from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok, wait_until
 
-from scaling.execute.monitor import SAMPLE_S, TELEMETRY_FILE, CellMonitor, Nvml, summarize_watch
+from scaling.execute.monitor import (NOISE_CORES, QUIET_CHECK_S, SAMPLE_S, TELEMETRY_FILE,
+                                     CellMonitor, Nvml, other_cores, summarize_watch,
+                                     wait_for_quiet)
 from scaling.workers.breakdown import COMMUNICATION, step_breakdown
 
 CELL = ("run", "--workload", "cifar10", "--image-size", "16", "--batch-size", "4",
-        "--warmup", "1", "--steps", "10")
+        "--warmup", "1", "--steps", "2")
+WINDOW = ("--min-time", 4 * SAMPLE_S)
+"""A timed window of at least four sampling periods, so that samples fall inside it."""
+WAITING = "waiting for quiet"
+"""What the harness says each time it looks at the machine again because it was busy."""
 
 
 @contextlib.contextmanager
-def busy_process(seconds: float = 3600):
-    """Another process keeping one core busy for ``seconds``."""
-    spinner = subprocess.Popen([sys.executable, "-c",
-                                f"import time\nend = time.time() + {seconds}\n"
-                                "while time.time() < end: pass"])
+def busy_process():
+    """Another process keeping one core busy until the block ends; the block starts once the
+    process spins and the harness's look at the machine sees other processes busy."""
+    spinner = subprocess.Popen([sys.executable, "-c", "print('spinning', flush=True)\n"
+                                                      "while True: pass"],
+                               stdout=subprocess.PIPE, text=True)
     try:
+        assert spinner.stdout.readline() == "spinning\n"
+        wait_until(lambda: other_cores() > NOISE_CORES, "busy look at the machine")
         yield spinner
     finally:
         spinner.kill()
@@ -40,54 +53,111 @@ def run_one(out_dir, *args) -> dict:
     return record
 
 
-def test_a_busy_process_during_the_window_makes_the_cell_noisy(tmp_path):
+def series_of(record) -> list:
+    path = Path(record["log"]).parent / TELEMETRY_FILE
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def busy_run(tmp_path_factory) -> dict:
+    """Two ranks of one thread each, timed for at least four sampling periods while another
+    process keeps a core busy: the machine has no core to spare."""
     with busy_process():
-        busy = run_one(tmp_path / "busy", "--min-time", 2)
-    quiet = run_one(tmp_path / "quiet", "--min-time", 2)
-    assert busy["noisy"] is True
-    assert "cores of" in busy["noise"] and "during the window" in busy["noise"]
-    assert busy["noise_cores"] > 0.6
-    assert busy["noise_cores"] > quiet["noise_cores"] + 0.5
+        return run_one(tmp_path_factory.mktemp("busy") / "out", "--devices", 2,
+                       "--threads-per-device", 1, *WINDOW)
 
 
-def test_wait_for_quiet_waits_until_the_busy_process_ends(out_dir):
-    with busy_process(seconds=3):
-        record = run_one(out_dir, "--wait-for-quiet", 30)
-    assert 1.5 <= record["quiet_wait_s"] < 30
+@pytest.mark.slow
+def test_a_busy_process_before_and_during_the_window_makes_the_cell_noisy(busy_run):
+    cores = psutil.cpu_count()
+    assert busy_run["noisy"] is True
+    before, during = busy_run["noise"].split("; ")
+    assert before.startswith("other processes used ") and \
+        before.endswith(f" cores of {cores} before the cell")
+    assert during == f"other processes used {busy_run['noise_cores']:.2f} cores of {cores} " \
+                     "during the window"
+    assert busy_run["noise_cores"] > NOISE_CORES
 
 
-def test_wait_for_quiet_gives_up_after_its_limit_and_says_so(out_dir):
-    with busy_process():
-        record = run_one(out_dir, "--wait-for-quiet", 1)
-    assert 1 <= record["quiet_wait_s"] < 5
-    assert record["noisy"] is True
-    assert "before the cell after waiting 1 s for quiet" in record["noise"]
+@pytest.mark.slow
+def test_the_cells_own_work_is_never_counted_as_noise(busy_run):
+    """The machine is saturated, so a cell whose own work were also counted as the others'
+    would add up to more cores than there are."""
+    series = series_of(busy_run)
+    assert sum(point["cell_cores"] for point in series) > 0
+    for point in series:
+        # Counters tick every 10 ms and are read a few milliseconds apart.
+        assert point["cell_cores"] + point["other_cores"] <= psutil.cpu_count() + 0.1
 
 
-def test_telemetry_summarizes_the_window_of_every_rank(out_dir):
-    record = run_one(out_dir, "--devices", 2, "--min-time", 2)
-    telemetry = record["telemetry"]
-    assert telemetry["samples"] >= 3
+@pytest.mark.slow
+def test_telemetry_summarizes_the_window_of_every_rank(busy_run):
+    telemetry = busy_run["telemetry"]
     assert 0 < telemetry["cpu_util_mean"] <= 100
     assert len(telemetry["rss_max_bytes_per_rank"]) == 2
     assert all(rss > 50 * 2**20 for rss in telemetry["rss_max_bytes_per_rank"])
     assert "gpu_util_mean" not in telemetry and "energy_j" not in telemetry
-    reports = rank_reports(record)
+    reports = rank_reports(busy_run)
     start, end = min(r["start"] for r in reports), max(r["end"] for r in reports)
-    series = [json.loads(line) for line in
-              (out_dir / "cells" / record["cell"] / TELEMETRY_FILE).read_text().splitlines()]
-    assert len(series) == telemetry["samples"]
+    series = series_of(busy_run)
+    assert telemetry["samples"] == len(series) >= 3
+    assert series[0]["t"] - series[0]["seconds"] <= start
+    for before, after in zip(series, series[1:]):
+        assert after["t"] - after["seconds"] == pytest.approx(before["t"], abs=1e-6)
     for point in series:
-        assert start < point["t"] < end + SAMPLE_S + 0.1
-        assert set(point["rss_bytes"]) == {"0", "1"}
+        assert point["t"] >= start and point["t"] - point["seconds"] <= end
+        assert set(point["rss_bytes"]) == {"0", "1"} or point["t"] > end
 
 
-def test_no_telemetry_samples_nothing_but_still_looks_before_the_cell(out_dir):
+def test_wait_for_quiet_looks_again_while_the_machine_is_busy():
+    """The wait goes on, saying so, after each busy look, and ends at the first quiet one. The
+    looks are given here: whether a machine shared with others is ever quiet is no test's to
+    decide (the command's wait, beside a real busy process, is tested below)."""
+    looks, said = iter([1.5, 0.9, 0.1, 2.0]), []
+    assert wait_for_quiet(600, said.append, lambda: next(looks))[1] == 0.1
+    assert said == [1.5, 0.9]
+
+
+def test_wait_for_quiet_stops_at_its_limit_whatever_the_looks_say():
+    looks, said = iter([1.5, 0.9]), []
+    assert wait_for_quiet(0, said.append, lambda: next(looks))[1] == 1.5
+    assert said == []
+
+
+QUIET_LIMIT_S = 2
+
+
+@pytest.fixture(scope="module")
+def gave_up(tmp_path_factory):
+    """A cell without telemetry that waits for quiet at most ``QUIET_LIMIT_S`` beside a process
+    that stays busy until the cell has ended: its record and what the harness said."""
+    out = tmp_path_factory.mktemp("gave-up") / "out"
     with busy_process():
-        record = run_one(out_dir, "--no-telemetry", "--min-time", 1.5)
+        result = scaling_cli_ok(*CELL, "--out", out, "--no-telemetry",
+                                "--wait-for-quiet", QUIET_LIMIT_S)
+    [record] = read_records(out)
+    assert record["status"] == "ok", record["error"]
+    return record, result.stderr
+
+
+@pytest.mark.slow
+def test_wait_for_quiet_gives_up_after_its_limit_and_says_so(gave_up):
+    record, said = gave_up
+    assert record["quiet_wait_s"] >= QUIET_LIMIT_S
+    # Each look lasts at least QUIET_CHECK_S, and the first to end past the limit is the last.
+    assert said.count(WAITING) <= QUIET_LIMIT_S / QUIET_CHECK_S - 1
+    assert record["noisy"] is True
+    assert record["noise"].endswith(
+        f"before the cell after waiting {record['quiet_wait_s']:.0f} s for quiet")
+
+
+@pytest.mark.slow
+def test_no_telemetry_samples_nothing_but_still_looks_before_the_cell(gave_up):
+    record, _ = gave_up
     assert record["telemetry"] is None and record["noise_cores"] is None
-    assert not (out_dir / "cells" / record["cell"] / TELEMETRY_FILE).exists()
+    assert not (Path(record["log"]).parent / TELEMETRY_FILE).exists()
     assert record["noisy"] is True and "before the cell" in record["noise"]
+    assert "during the window" not in record["noise"]
 
 
 def test_a_bad_wait_is_a_one_line_error(out_dir):
@@ -97,6 +167,7 @@ def test_a_bad_wait_is_a_one_line_error(out_dir):
         "Error: Invalid value for '--wait-for-quiet': 'soon' is not a valid float."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework, launcher", [
     ("torch", "torchrun"), ("mxnet", "mxnet-kvstore"), ("tensorflow", "tf-mirrored"),
     ("tensorflow", "tf-multiworker"),
@@ -105,11 +176,12 @@ def test_profile_splits_the_step_into_compute_communication_and_idle(
         out_dir, framework, launcher):
     record = run_one(out_dir, "--framework", framework, "--launcher", launcher, "--devices", 2,
                      "--profile")
-    assert record["profile"] is True and record["steps_timed"] == 10
+    assert record["profile"] is True and record["steps_timed"] == 2
     breakdown = record["step_breakdown"]
     assert set(breakdown) == {"compute", "communication", "idle"}
     assert sum(breakdown.values()) == pytest.approx(1.0)
-    assert breakdown["compute"] > 0.2
+    assert all(0 <= share <= 1 for share in breakdown.values())
+    assert breakdown["compute"] > 0
     # torch's gloo allreduce runs beside the backward pass, so none of it may be exposed.
     assert breakdown["communication"] > 0 or framework == "torch"
     traced = [report for report in rank_reports(record) if report.get("trace")]
@@ -169,9 +241,7 @@ class FakeNvml:
 def test_gpu_telemetry_and_foreign_gpu_processes_with_a_mocked_nvml(tmp_path):
     monitor = CellMonitor([], telemetry=True)
     monitor.nvml = Nvml(FakeNvml(), [0, 1])
-    monitor.samples = [monitor.sample([])]
-    time.sleep(0.2)
-    monitor.samples.append(monitor.sample([]))
+    monitor.samples = [monitor.sample([]), monitor.sample([])]
     start, end = monitor.samples[0]["t"], monitor.samples[1]["t"]
     watched = summarize_watch(monitor, (start, end), 0.0, None, tmp_path)
     telemetry = watched["telemetry"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 
+import pytest
 from conftest import read_records, scaling_cli, scaling_cli_ok, write_sweep
 
 from scaling.execute.store import ResultStore
@@ -52,22 +53,23 @@ def damage_line(path, number):
     path.write_text("".join(lines))
 
 
+@pytest.mark.slow
 def test_a_damaged_line_is_skipped_with_a_warning_and_resume_reruns_only_its_cell(
         tmp_path, out_dir):
-    config = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4, 8])
+    config = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4])
     scaling_cli_ok("sweep", config, "--out", out_dir)
     before = read_records(out_dir)
-    damaged_cell = before[1]["cell"]
-    damage_line(out_dir / "results.jsonl", 2)
+    damaged_cell = before[0]["cell"]
+    damage_line(out_dir / "results.jsonl", 1)
 
     report = scaling_cli("report", out_dir)
     assert report.returncode == 0, report.stderr
     assert "Traceback" not in report.stderr
-    assert f"{out_dir / 'results.jsonl'} line 2 is damaged" in report.stderr
+    assert f"{out_dir / 'results.jsonl'} line 1 is damaged" in report.stderr
 
     resumed = scaling_cli_ok("sweep", config, "--out", out_dir, "--resume")
     assert "Traceback" not in resumed.stderr
-    assert "3 cells, 2 already recorded" in resumed.stdout
+    assert "2 cells, 1 already recorded" in resumed.stdout
     recorded = ResultStore(out_dir).records()
-    assert [r["cell"] for r in recorded] == [before[0]["cell"], before[2]["cell"], damaged_cell]
+    assert [r["cell"] for r in recorded] == [before[1]["cell"], damaged_cell]
     assert (out_dir / "cells" / damaged_cell / "record.json").exists()

@@ -4,34 +4,47 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import images_per_sec_from_reports, rank_reports, read_records, scaling_cli
+from conftest import check_images_per_sec, rank_reports, read_records, scaling_cli
 from scaling.schema import RANK_REPORT_FIELDS, RECORD_FIELDS
 
+CIFAR10 = ("run", "--workload", "cifar10", "--batch-size", 4, "--steps", 3, "--warmup", 1,
+           "--device-type", "cpu", "--timeout", 300)
+"""CIFAR-10 without --image-size: at its nominal size, which its parameter count depends on."""
 
-def run_one(out_dir, workload, devices=1, batch=4, size=16, steps=3, extra=()):
+
+def run_one(out_dir, workload, batch, size, steps):
     result = scaling_cli(
-        "run", "--workload", workload, "--devices", devices, "--batch-size", batch,
-        "--image-size", size, "--steps", steps, "--warmup", 1, "--device-type", "cpu",
-        "--timeout", 300, "--out", out_dir, *extra,
+        "run", "--workload", workload, "--batch-size", batch, "--image-size", size,
+        "--steps", steps, "--warmup", 1, "--device-type", "cpu", "--timeout", 300,
+        "--out", out_dir,
     )
     assert result.returncode == 0, result.stderr
     return read_records(out_dir)[-1]
 
 
-@pytest.mark.parametrize("devices", [1, 2])
-def test_cifar10_under_torchrun_reports_global_throughput(out_dir, devices):
-    record = run_one(out_dir, "cifar10", devices=devices, batch=8, size=32, steps=5)
+@pytest.fixture(scope="module", params=[1, 2], ids=["1-device", "2-devices"])
+def cifar10(request, tmp_path_factory):
+    """``CIFAR10`` on one and on two CPU workers: its output folder and its record."""
+    out = tmp_path_factory.mktemp("cifar10") / "out"
+    result = scaling_cli(*CIFAR10, "--devices", request.param, "--out", out)
+    assert result.returncode == 0, result.stderr
+    [record] = read_records(out)
     assert record["status"] == "ok", record["error"]
-    assert (record["devices"], record["total_devices"]) == (devices, devices)
-    assert record["global_batch_size"] == 8 * devices
+    return out, record
+
+
+@pytest.mark.slow
+def test_cifar10_under_torchrun_reports_global_throughput(cifar10):
+    _, record = cifar10
+    devices = record["devices"]
+    assert record["total_devices"] == devices
+    assert record["global_batch_size"] == 4 * devices
     assert record["params"] == 1_756_426
     assert record["threads_per_device"] == max(1, record["cpu_cores"] // devices)
 
     reports = rank_reports(record)
     assert sorted(r["rank"] for r in reports) == list(range(devices))
-    assert sum(r["images"] for r in reports) == 8 * 5 * devices
-    assert record["images_per_sec"] == pytest.approx(images_per_sec_from_reports(reports))
-    assert record["timed_window_s"] == max(r["window_s"] for r in reports)
+    check_images_per_sec(record, 4 * devices * 3)
     assert 0 < record["step_time_median_s"] <= record["step_time_p95_s"]
     assert record["peak_memory_bytes"] == max(r["peak_memory_bytes"] for r in reports)
     assert record["versions"]["torch"]
@@ -42,6 +55,21 @@ def test_cifar10_under_torchrun_reports_global_throughput(out_dir, devices):
         assert set(report) <= set(RANK_REPORT_FIELDS)
 
 
+@pytest.mark.slow
+def test_image_size_defaults_to_the_nominal_input(cifar10):
+    _, record = cifar10
+    assert record["image_size"] == 32
+
+
+@pytest.mark.slow
+def test_a_recorded_cell_is_not_run_twice(cifar10):
+    out, record = cifar10
+    result = scaling_cli(*CIFAR10, "--devices", record["devices"], "--out", out)
+    assert "already recorded" in result.stdout
+    assert [r["cell"] for r in read_records(out)] == [record["cell"]]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("workload, size, params", [
     ("alexnet", 63, 61_100_840),
     ("googlenet", 32, 6_624_904),
@@ -54,19 +82,3 @@ def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size, 
     assert record["image_size"] == size
     assert record["params"] == params
     assert record["images_per_sec"] > 0
-
-
-def test_image_size_defaults_to_the_nominal_input(out_dir):
-    result = scaling_cli("run", "--workload", "cifar10", "--batch-size", 2, "--steps", 1,
-                         "--warmup", 0, "--device-type", "cpu", "--out", out_dir)
-    assert result.returncode == 0, result.stderr
-    assert read_records(out_dir)[0]["image_size"] == 32
-
-
-def test_a_recorded_cell_is_not_run_twice(out_dir):
-    first = run_one(out_dir, "cifar10", steps=1)
-    result = scaling_cli("run", "--workload", "cifar10", "--batch-size", 4, "--image-size", 16,
-                         "--steps", 1, "--warmup", 1, "--device-type", "cpu", "--timeout", 300,
-                         "--out", out_dir)
-    assert "already recorded" in result.stdout
-    assert [r["cell"] for r in read_records(out_dir)] == [first["cell"]]

@@ -4,56 +4,87 @@ figure with its 95% interval; suspect figures are marked with the reason."""
 from __future__ import annotations
 
 import csv
+import math
 
 import pytest
-from conftest import (rank_reports, read_records, recorded_cell, scaling_cli, scaling_cli_ok,
-                      write_records)
+from conftest import (check_images_per_sec, rank_reports, read_records, recorded_cell,
+                      scaling_cli, scaling_cli_ok, write_records)
+from scipy import stats
 
 from scaling.report.tables import with_scaling
 from scaling.uncertainty import throughput_interval
 from scaling.workers.loop import chunk_length
 
 TINY = ("--workload", "cifar10", "--image-size", "16", "--batch-size", "4", "--warmup", "1")
+MIN_TIME_S = 1.5
 
 
-@pytest.mark.parametrize("framework, launcher, devices", [
-    ("torch", "torchrun", 2),
-    ("tensorflow", "tf-mirrored", 2),
-    ("tensorflow", "tf-multiworker", 2),
-    ("mxnet", "mxnet-kvstore", 2),
+def t_interval(images_per_sec: float, chunks) -> list:
+    """The 95% interval of ``images_per_sec`` computed here from the chunks' step times: the
+    mean step time m +- t(0.975, n - 1) s / sqrt(n) as a throughput interval."""
+    means = [chunk["seconds"] / chunk["steps"] for chunk in chunks]
+    mean = sum(means) / len(means)
+    sd = math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1))
+    half = stats.t.ppf(0.975, len(means) - 1) * sd / math.sqrt(len(means))
+    return [images_per_sec * mean / (mean + half), images_per_sec * mean / (mean - half)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework, launcher", [
+    ("torch", "torchrun"),
+    ("tensorflow", "tf-mirrored"),
+    ("tensorflow", "tf-multiworker"),
+    ("mxnet", "mxnet-kvstore"),
 ])
-def test_min_time_extends_the_window_by_whole_chunks_on_every_rank(
-        out_dir, framework, launcher, devices):
+def test_min_time_extends_the_window_by_whole_chunks_on_every_rank(out_dir, framework, launcher):
+    """Twenty tiny forward steps (no backward pass, no collective) take a small fraction of
+    ``MIN_TIME_S`` even on a loaded machine; the ranks then go on together, by whole chunks,
+    until every one of them has timed ``MIN_TIME_S``, and not a chunk longer."""
     scaling_cli_ok("run", "--framework", framework, "--launcher", launcher, *TINY,
-                   "--devices", devices, "--steps", 20, "--min-time", 1.5, "--out", out_dir)
+                   "--mode", "forward", "--devices", 2, "--steps", 20, "--min-time", MIN_TIME_S,
+                   "--out", out_dir)
     [record] = read_records(out_dir)
     assert record["status"] == "ok", record["error"]
-    assert record["min_time_s"] == 1.5 and record["timed_window_s"] >= 1.5
+    assert record["min_time_s"] == MIN_TIME_S and record["timed_window_s"] >= MIN_TIME_S
     assert record["steps_timed"] > 20 and record["steps_timed"] % chunk_length(20) == 0
     reports = rank_reports(record)
     assert {report["steps_timed"] for report in reports} == {record["steps_timed"]}
     for report in reports:
         assert sum(chunk["steps"] for chunk in report["chunks"]) == report["steps_timed"]
-        assert sum(chunk["seconds"] for chunk in report["chunks"]) <= report["window_s"]
-    assert record["timed_images"] == 4 * devices * record["steps_timed"]
+        assert MIN_TIME_S <= sum(chunk["seconds"] for chunk in report["chunks"]) \
+            <= report["window_s"]
+    assert any(sum(chunk["seconds"] for chunk in report["chunks"][:-1]) < MIN_TIME_S
+               for report in reports)
+    check_images_per_sec(record, 4 * 2 * record["steps_timed"])
+    slowest = max(reports, key=lambda report: report["window_s"])
+    assert record["images_per_sec_ci95"] == pytest.approx(
+        t_interval(record["images_per_sec"], slowest["chunks"]))
 
 
-def test_without_min_time_the_window_is_the_asked_steps_in_chunks(out_dir):
-    scaling_cli_ok("run", *TINY, "--steps", 25, "--out", out_dir)
-    [record] = read_records(out_dir)
-    [report] = rank_reports(record)
-    assert record["steps_timed"] == 25
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> dict:
+    """One rank, 25 steps, no minimum time."""
+    out = tmp_path_factory.mktemp("plain") / "out"
+    scaling_cli_ok("run", *TINY, "--steps", 25, "--out", out)
+    [record] = read_records(out)
+    assert record["status"] == "ok", record["error"]
+    return record
+
+
+@pytest.mark.slow
+def test_without_min_time_the_window_is_the_asked_steps_in_chunks(plain):
+    [report] = rank_reports(plain)
+    assert plain["steps_timed"] == 25
     assert [chunk["steps"] for chunk in report["chunks"]] == [2] * 12 + [1]
+    check_images_per_sec(plain, 4 * 25)
 
 
-def test_every_ok_record_has_an_interval_around_its_figure(out_dir):
-    scaling_cli_ok("run", *TINY, "--steps", 20, "--out", out_dir)
-    [record] = read_records(out_dir)
-    low, high = record["images_per_sec_ci95"]
-    assert low < record["images_per_sec"] < high
-    [report] = rank_reports(record)
-    assert [low, high] == pytest.approx(
-        throughput_interval(record["images_per_sec"], report["chunks"]))
+@pytest.mark.slow
+def test_every_ok_record_has_the_t_interval_of_its_chunk_times(plain):
+    [report] = rank_reports(plain)
+    low, high = plain["images_per_sec_ci95"]
+    assert low < plain["images_per_sec"] < high
+    assert [low, high] == pytest.approx(t_interval(plain["images_per_sec"], report["chunks"]))
 
 
 def test_interval_from_chunk_times():
@@ -63,6 +94,9 @@ def test_interval_from_chunk_times():
     uneven = [{"steps": 1, "seconds": s} for s in [0.09, 0.11] * 5]
     low, high = throughput_interval(100.0, uneven)
     assert (low, high) == pytest.approx((100 / 1.0754, 100 / 0.9246), rel=1e-3)
+    # The same step times in chunks of two steps and of one: the means are per step.
+    mixed = [{"steps": 2, "seconds": 0.18}, {"steps": 1, "seconds": 0.11}] * 5
+    assert throughput_interval(100.0, mixed) == pytest.approx((low, high))
     assert throughput_interval(100.0, steady[:1]) is None
 
 

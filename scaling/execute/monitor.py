@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -64,13 +64,18 @@ def other_cores(seconds: float = QUIET_CHECK_S) -> float:
     return max(0.0, (_busy_seconds() - busy) - (_own_seconds() - own)) / elapsed
 
 
-def wait_for_quiet(limit_s: float) -> Tuple[float, float]:
-    """Wait until other processes use at most ``NOISE_CORES``, up to ``limit_s`` seconds.
+def wait_for_quiet(limit_s: float, on_busy: Optional[Callable[[float], None]] = None,
+                   look: Callable[[], float] = other_cores) -> Tuple[float, float]:
+    """Wait until other processes use at most ``NOISE_CORES``, up to ``limit_s`` seconds;
+    ``on_busy`` gets the cores they used at each look after which the wait goes on. ``look``
+    measures those cores (by default :func:`other_cores`: every process but this one).
     Returns (seconds waited, cores they used at the last look)."""
     started = time.monotonic()
-    cores = other_cores()
+    cores = look()
     while cores > NOISE_CORES and time.monotonic() - started < limit_s:
-        cores = other_cores()
+        if on_busy:
+            on_busy(cores)
+        cores = look()
     return time.monotonic() - started, cores
 
 
@@ -160,12 +165,10 @@ class CellMonitor:
         return self.ranks[proc.pid]
 
     def _run(self) -> None:
-        tree, refresh = [], 0
+        """Sample every ``SAMPLE_S`` seconds, each time over the tree as it is then, so that a
+        rank started since the last sample is the cell's, not another process."""
         while not self._stop.is_set():
-            if refresh % 4 == 0:
-                tree = self._tree()
-            refresh += 1
-            self.samples.append(self.sample(tree))
+            self.samples.append(self.sample(self._tree()))
             self._stop.wait(SAMPLE_S)
 
     def sample(self, tree: List[psutil.Process]) -> Dict:

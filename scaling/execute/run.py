@@ -13,7 +13,7 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import scaling
 from scaling import hardware
@@ -65,10 +65,13 @@ def provenance() -> Dict:
 def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
              extra_env: Optional[Dict[str, str]] = None,
              placement: Optional[Placement] = None,
-             watch: WatchSettings = WatchSettings()) -> Dict:
+             watch: WatchSettings = WatchSettings(),
+             on_busy: Optional[Callable[[float], None]] = None) -> Dict:
     """Run this node's part of ``cell`` in a fresh process tree under its timeout and return
     its result record. ``placement`` defaults to every rank on this machine; ``watch`` says
-    whether to wait for quiet first and whether to keep telemetry (noise is always watched).
+    whether to wait for quiet first and whether to keep telemetry (noise is always watched);
+    ``on_busy`` gets the cores other processes used at each look after which the wait for
+    quiet goes on.
 
     The cell's files (spec, rank reports, launcher log, record) live in ``OUT/cells/CELL_ID/``.
     Over several nodes that folder is shared (the same OUT on a shared file system): node 0
@@ -94,7 +97,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     log = "launcher.log" if placement.node_rank == 0 else f"launcher-node{placement.node_rank}.log"
     waited_s = None
     if watch.wait_for_quiet_s is not None:
-        waited_s, before_cores = wait_for_quiet(watch.wait_for_quiet_s)
+        waited_s, before_cores = wait_for_quiet(watch.wait_for_quiet_s, on_busy)
     else:
         before_cores = other_cores(BEFORE_CHECK_S)
     monitor = CellMonitor(gpu_indices(cell.device_type, cell.devices), watch.telemetry)

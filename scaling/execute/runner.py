@@ -30,7 +30,6 @@ def pending_cells(cells: List[Cell], out_dir) -> List[Cell]:
     return [cell for cell in cells if cell.cell_id not in done]
 
 
-
 def progress_bar(console: Console) -> Progress:
     """The progress bar of long work: what runs now, a bar, done of all, time elapsed."""
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -42,16 +41,20 @@ def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = No
               placement: Optional[Placement] = None,
               watch: WatchSettings = WatchSettings()) -> List[Dict]:
     """Run and record each cell in turn; ``placement`` defaults to every rank on this machine,
-    ``watch`` says how cells are watched."""
+    ``watch`` says how cells are watched. While a cell waits for quiet, each look at a busy
+    machine is said on the console."""
     console = console or Console(stderr=True)
     pythons = pythons or {}
     records = []
     with progress_bar(console) as progress:
+        def waiting(cores: float) -> None:
+            progress.console.print(f"waiting for quiet: other processes use {cores:.2f} cores")
+
         task = progress.add_task("cells", total=len(cells))
         for cell in cells:
             progress.update(task, description=describe(cell.to_dict()))
             record = run_and_record(cell, out_dir, python=pythons.get(cell.environment),
-                                    placement=placement, watch=watch)
+                                    placement=placement, watch=watch, on_busy=waiting)
             records.append(record)
             rate = (f"{record['images_per_sec']:.1f} img/s" if record["status"] == "ok"
                     else record["error"])
