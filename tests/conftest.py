@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+from slurmcluster import wait_until  # noqa: F401  (the tests' one wait on a condition)
 
 from scaling.execute.processes import TOKEN_ENV
 
@@ -54,17 +55,6 @@ def check_images_per_sec(record, images: int) -> None:
     assert record["timed_window_s"] == pytest.approx(window, abs=1e-6)
     assert record["images_per_sec"] == pytest.approx(images / record["timed_window_s"])
 
-
-def wait_until(condition, what: str, timeout: float = 300.0):
-    """Poll ``condition`` until it returns something true, and return that; fail, saying
-    ``what`` was awaited, after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
-        time.sleep(0.2)
 
 
 def leftover_cell_processes(record) -> list:

@@ -125,6 +125,7 @@ def test_a_memory_limit_too_small_to_start_a_worker_names_the_smallest(framework
                           f"smallest that works is {smallest}")
 
 
+@pytest.mark.slow
 def test_more_cpu_threads_than_cores_is_refused_unless_allowed(tmp_path):
     from scaling.hardware import cpu_cores
 

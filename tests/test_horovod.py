@@ -74,6 +74,7 @@ def test_the_comparison_config_pairs_each_framework_with_horovod_on_one_interpre
         ("mxnet", "mxnet-kvstore", "kvstore"), ("mxnet", "horovod", "horovod")}
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_is_recorded_as_crashed(out_dir):
     result = run_horovod(out_dir, env={**os.environ, "SCALING_FAULT": "crash@1:3"})
     assert result.returncode == 1
@@ -103,6 +104,7 @@ def test_a_rank_out_of_memory_is_recorded_as_oom(out_dir):
     assert record["status"] == "oom" and "can't allocate memory" in record["error"]
 
 
+@pytest.mark.slow
 def test_channels_last_is_refused_with_its_reason(out_dir):
     # NHWC convolution weights have non-contiguous gradients, which Horovod cannot allreduce.
     result = run_horovod(out_dir, "--option", "channels_last=true")
@@ -144,6 +146,7 @@ def test_a_framework_without_its_horovod_build_is_an_env_error_naming_the_make_t
                                "build it with: make horovod-env")
 
 
+@pytest.mark.slow
 def test_two_nodes_meet_at_node_zeros_gloo_rendezvous_and_make_one_record(out_dir):
     port = free_port_block(1)
     nodes = [subprocess.Popen(

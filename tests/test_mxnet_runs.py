@@ -64,6 +64,7 @@ def test_cifar10_over_cpu_contexts(contexts_sweep, devices):
     assert record["images_per_sec"] == pytest.approx(images_per_sec_from_reports([report]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload, size", [
     ("alexnet", 63), ("googlenet", 32), ("resnet50", 32), ("inception_v3", 75),
 ])

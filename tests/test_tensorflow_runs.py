@@ -159,6 +159,7 @@ def test_xla_and_mixed_precision_are_recorded(out_dir, option):
                                                           option == "mixed_precision")
 
 
+@pytest.mark.slow
 def test_xla_with_mixed_precision_on_cpu_is_an_error_with_the_reason(out_dir):
     record = run_tf(out_dir, "tf-mirrored", batch=2, size=16, steps=1, warmup=1,
                     extra=("--option", "xla=true", "--option", "mixed_precision=true"))
