@@ -148,6 +148,9 @@ def make_cell(
                   warmup=warmup, timeout_s=timeout_s, min_time_s=min_time_s, mode=mode)
     if nodes > 1 and not launcher_spec.multi_node:
         raise ScalingError(f"{launcher_spec.name} runs on one node; use --nodes 1")
+    if launcher_spec.max_devices is not None and devices > launcher_spec.max_devices:
+        raise ScalingError(f"{launcher_spec.name} drives at most {launcher_spec.max_devices} "
+                           f"device(s) per node; use --devices {launcher_spec.max_devices}")
     resolved_type = resolve_device_type(device_type)
     if resolved_type == "gpu" and nodes == 1 and devices > hardware.gpu_count():
         raise ScalingError(
@@ -174,7 +177,7 @@ def _check_launcher(framework: str, launcher: Optional[str], options: Dict):
     """The launcher's registry entry (the framework's default for None), once it is known to
     start ``framework`` and to take ``options``."""
     launcher_spec = get_launcher(launcher or get_framework(framework).default_launcher)
-    if framework not in launcher_spec.frameworks:
+    if not launcher_spec.starts(framework):
         raise ScalingError(
             f"launcher {launcher_spec.name!r} does not start {framework}; {framework} "
             f"launchers: {', '.join(launchers_of(framework))}"

@@ -138,7 +138,15 @@ RECORD_FIELDS: Dict[str, str] = {
 
 SCALING_FIELDS: Dict[str, str] = {
     "framework_version": "the framework's version; part of what makes a curve",
-    "baseline_images_per_sec": "median one-device images/sec of the curve",
+    "baseline_images_per_sec": "median images/sec of the curve's baseline: its single cell, "
+                               "or its own one-device point where no single cell is ok",
+    "baseline_launcher": "single, or the curve's own launcher when single did not run or "
+                         "failed",
+    "baseline_reason": "why the curve is not measured against single, or empty",
+    "parallel_overhead": "1 - (the launcher at one device / single): what going parallel costs "
+                         "at one device",
+    "parallel_overhead_low": "lower bound of parallel_overhead's 95% interval",
+    "parallel_overhead_high": "upper bound of parallel_overhead's 95% interval",
     "speedup": "images_per_sec / baseline_images_per_sec",
     "efficiency": "speedup / total_devices",
     "images_per_sec_low": "lower bound of the 95% interval of the record's images/sec, from "

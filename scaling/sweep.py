@@ -184,7 +184,7 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
         _check_keys(section, FrameworkSection, f"{where}: frameworks.{key}")
         launchers = _as_list(section["launchers"], "launchers", where)
         for launcher in launchers:
-            if launcher not in LAUNCHERS or name not in LAUNCHERS[launcher].frameworks:
+            if launcher not in LAUNCHERS or not LAUNCHERS[launcher].starts(name):
                 raise ScalingError(f"{where}: {launcher!r} is not a {name} launcher; valid: "
                                    f"{', '.join(launchers_of(name))}")
         sections[key] = FrameworkSection(**{**section, "launchers": launchers,

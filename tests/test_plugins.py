@@ -59,7 +59,7 @@ def test_a_launcher_registered_from_outside_runs_a_real_cell(spawn_launcher, out
 
 def test_a_launcher_refuses_frameworks_it_does_not_start(spawn_launcher):
     with pytest.raises(ScalingError, match="does not start tensorflow; tensorflow launchers: "
-                                           "horovod, tf-mirrored, tf-multiworker"):
+                                           "horovod, single, tf-mirrored, tf-multiworker"):
         make_cell(framework="tensorflow", launcher="torch-spawn", workload="cifar10",
                   devices=1, batch_size=4, device_type="cpu")
 

@@ -25,12 +25,18 @@ class Launcher:
     """Options of this launcher, on top of the framework's: a type, or a tuple of values."""
     multi_node: bool = False
     """Whether ranks can span nodes."""
+    max_devices: Optional[int] = None
+    """The most devices per node it drives, where it has a limit."""
     data_parallel: str
     """The data-parallel mechanism its workers build, recorded in the cell
     (:attr:`scaling.cell.Cell.data_parallel`); workers never look at the launcher's name."""
     venvs: Dict[str, str] = {}
     """Frameworks whose workers run under another of the project's virtualenvs when this
     launcher starts them: framework -> virtualenv, relative to the project root."""
+
+    def starts(self, framework: str) -> bool:
+        """Whether this launcher starts ``framework``'s workers."""
+        return framework in self.frameworks
 
     def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
         """The argv that starts this node's processes of ``cell``."""
@@ -68,7 +74,7 @@ get_launcher = LAUNCHERS.get
 
 
 def launchers_of(framework: str) -> List[str]:
-    return sorted(name for name, launcher in LAUNCHERS.items() if framework in launcher.frameworks)
+    return sorted(name for name, launcher in LAUNCHERS.items() if launcher.starts(framework))
 
 
 def default_python(framework: str, launcher: str) -> str:
@@ -113,4 +119,4 @@ def check_options(launcher: Launcher, framework: str, options: Dict) -> None:
 
 
 # Registration:
-from scaling.launchers import horovod, mxnet, tensorflow, torchrun  # noqa: E402,F401
+from scaling.launchers import horovod, mxnet, single, tensorflow, torchrun  # noqa: E402,F401

@@ -1,0 +1,53 @@
+"""The speedup's baseline: a ``single`` launcher for every framework, one process on one device
+with no data-parallel wrapper, and curves measured against it where it ran."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import read_records, recorded_cell, scaling_cli_ok
+
+from scaling.cell import make_cell
+from scaling.errors import ScalingError
+from scaling.launchers import launchers_of
+from scaling.report.tables import with_scaling
+
+TINY = ("--workload", "cifar10", "--batch-size", 4, "--image-size", 16, "--steps", 2,
+        "--warmup", 1, "--device-type", "cpu", "--no-telemetry")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch", "tensorflow", "mxnet"])
+def test_single_runs_every_framework(framework, out_dir):
+    scaling_cli_ok("run", "--framework", framework, "--launcher", "single", *TINY,
+                   "--out", out_dir)
+    [record] = read_records(out_dir)
+    assert (record["status"], record["launcher"], record["data_parallel"]) == \
+        ("ok", "single", "none")
+    assert record["timed_images"] == 4 * record["steps_timed"]
+
+
+def test_single_starts_every_framework_and_drives_one_device():
+    assert all("single" in launchers_of(name) for name in ("torch", "tensorflow", "mxnet"))
+    with pytest.raises(ScalingError, match="single drives at most 1 device"):
+        make_cell(framework="torch", launcher="single", workload="cifar10", devices=2,
+                  batch_size=4, device_type="cpu", allow_oversubscribe=True)
+
+
+def test_a_curve_is_measured_against_its_single_cell():
+    rows = with_scaling([recorded_cell(1, 90.0), recorded_cell(2, 180.0),
+                         recorded_cell(1, 100.0, launcher="single")])
+    curve = sorted((row for row in rows if row["launcher"] == "torchrun"),
+                   key=lambda row: row["devices"])
+    assert {row["baseline_launcher"] for row in curve} == {"single"}
+    assert [row["speedup"] for row in curve] == [pytest.approx(0.9), pytest.approx(1.8)]
+    assert curve[0]["parallel_overhead"] == pytest.approx(0.1)
+
+
+def test_without_a_single_cell_the_curve_says_why():
+    rows = with_scaling([recorded_cell(1, 100.0), recorded_cell(2, 180.0),
+                         recorded_cell(1, 0, status="oom", launcher="single")])
+    curve = sorted((row for row in rows if row["launcher"] == "torchrun"),
+                   key=lambda row: row["devices"])
+    assert {row["baseline_launcher"] for row in curve} == {"torchrun"}
+    assert curve[0]["baseline_reason"].startswith("the single cell ended oom")
+    assert [row["speedup"] for row in curve] == [1.0, pytest.approx(1.8)]
