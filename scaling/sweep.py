@@ -280,6 +280,9 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                 config.thread_counts(), range(config.repeats),
             )
             for launcher, workload, mode, batch, nodes, devices, threads, repeat in combos:
+                most = LAUNCHERS.get(launcher).max_devices
+                if most is not None and (devices > most or nodes > 1):
+                    continue  # a launcher such as single drives one device: its one point
                 batch_size = resolve_batch(
                     batch, (max_batches or {}).get((framework, launcher, workload, devices)),
                     config.maxbatch.multiple_of if config.maxbatch else 1)

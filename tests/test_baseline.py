@@ -51,3 +51,14 @@ def test_without_a_single_cell_the_curve_says_why():
     assert {row["baseline_launcher"] for row in curve} == {"torchrun"}
     assert curve[0]["baseline_reason"].startswith("the single cell ended oom")
     assert [row["speedup"] for row in curve] == [1.0, pytest.approx(1.8)]
+
+
+def test_a_sweep_that_lists_single_runs_it_at_one_device_only():
+    from scaling.sweep import expand, parse_sweep
+
+    spec = parse_sweep({"frameworks": {"torch": {"launchers": ["single", "torchrun"]}},
+                        "workloads": ["cifar10"], "batch_sizes": [4], "devices": [1, 2],
+                        "nodes": [1, 2], "device_type": "cpu"})
+    points = sorted((cell.launcher, cell.devices, cell.nodes) for cell in expand(spec))
+    assert points == [("single", 1, 1), ("torchrun", 1, 1), ("torchrun", 1, 2),
+                      ("torchrun", 2, 1), ("torchrun", 2, 2)]
