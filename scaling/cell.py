@@ -20,7 +20,7 @@ MODES = ("train", "forward", "forward_backward")
 """What a step does: ``train`` (forward, backward, optimizer step), ``forward`` (inference mode,
 no gradient) or ``forward_backward`` (loss and backward, no optimizer step)."""
 
-NOT_IDENTITY = {"timeout_s", "data_parallel"}
+NOT_IDENTITY = {"timeout_s", "data_parallel", "threads_default"}
 """Fields that do not change what is measured (or follow from fields that do), so they stay out
 of the cell's identity."""
 
@@ -67,6 +67,9 @@ class Cell:
     data_parallel: str = ""
     """The data-parallel mechanism the workers build, set by the launcher: ``ddp``,
     ``mirrored``, ``multiworker``, ``kvstore`` or ``horovod``."""
+    threads_default: bool = False
+    """Whether ``threads_per_device`` is the default rather than given: the cores over the
+    largest device count per node of the run or sweep, the same at every point of a curve."""
 
     @property
     def environment(self) -> str:
@@ -139,9 +142,15 @@ def make_cell(
     profile: bool = False,
     variant: str = "",
     allow_oversubscribe: bool = False,
+    cores: Optional[int] = None,
+    largest_devices: Optional[int] = None,
 ) -> Cell:
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
-    build a cell. ``launcher=None`` picks the framework's default launcher."""
+    build a cell. ``launcher=None`` picks the framework's default launcher.
+
+    A CPU device is one fixed unit along a curve: without ``threads_per_device``, each device
+    gets ``cores`` (default: this machine's) over ``largest_devices``, the largest device count
+    per node of the run or sweep (default: ``devices``)."""
     spec = get_workload(workload)
     launcher_spec = _check_launcher(framework, launcher, options or {})
     _check_counts(devices=devices, batch_size=batch_size, steps=steps, nodes=nodes,
@@ -156,12 +165,14 @@ def make_cell(
         raise ScalingError(
             f"{devices} GPUs requested but this machine has {hardware.gpu_count()}"
         )
-    if threads_per_device is None:
-        threads_per_device = max(1, hardware.cpu_cores() // devices)
+    cores = cores or hardware.cpu_cores()
+    threads_default = threads_per_device is None
+    if threads_default:
+        threads_per_device = max(1, cores // max(devices, largest_devices or 1))
     positive_int("threads per device", threads_per_device)
     _check_memory_limit(framework, resolved_type, memory_limit)
     if resolved_type == "cpu" and not allow_oversubscribe:
-        check_oversubscription(devices, threads_per_device)
+        check_oversubscription(devices, threads_per_device, cores)
     return Cell(
         framework=framework, launcher=launcher_spec.name, workload=workload, devices=devices,
         batch_size=batch_size, image_size=_image_size(spec, image_size), steps=steps,
@@ -169,7 +180,7 @@ def make_cell(
         nodes=nodes, memory_limit=memory_limit, repeat=repeat, purpose=purpose,
         options=dict(options or {}), timeout_s=float(timeout_s), mode=mode,
         min_time_s=float(min_time_s), profile=bool(profile), variant=variant,
-        data_parallel=launcher_spec.data_parallel,
+        data_parallel=launcher_spec.data_parallel, threads_default=threads_default,
     )
 
 
@@ -225,9 +236,11 @@ def _check_memory_limit(framework: str, device_type: str, memory_limit: Optional
         )
 
 
-def check_oversubscription(devices: int, threads_per_device: int) -> None:
-    """CPU devices x threads beyond this machine's cores measure contention, not scaling."""
-    cores = hardware.cpu_cores()
+def check_oversubscription(devices: int, threads_per_device: int,
+                            cores: Optional[int] = None) -> None:
+    """CPU devices x threads beyond the cores of a node (default: this machine) measure
+    contention, not scaling."""
+    cores = cores or hardware.cpu_cores()
     if devices * threads_per_device > cores:
         raise ScalingError(
             f"{devices} CPU devices x {threads_per_device} threads need "

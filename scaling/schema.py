@@ -82,6 +82,8 @@ RECORD_FIELDS: Dict[str, str] = {
     "repeat": "repeat index",
     "purpose": "sweep, or maxbatch for max-batch trials",
     "threads_per_device": "CPU threads per device",
+    "threads_default": "whether threads_per_device is the default: the cores of a node over "
+                       "the largest device count of the run or sweep",
     "memory_limit": "per-device memory cap on CPU, bytes",
     "options": "framework options",
     "timeout_s": "seconds before the process tree is killed",
@@ -175,7 +177,7 @@ CSV_COLUMNS = [
     "images_per_sec", *SCALING_FIELDS, "step_time_median_s", "step_time_p95_s",
     "peak_memory_bytes", "params", "noisy", "noise", "noise_cores", "telemetry", "step_breakdown",
     "error",
-    "steps", "warmup", "threads_per_device", "memory_limit", "options", "device_name",
+    "steps", "warmup", "threads_per_device", "threads_default", "memory_limit", "options", "device_name",
     "versions", "host", "hosts", "harness_version", "started_at",
 ]
 """Columns of ``results.csv``, in order."""

@@ -1,7 +1,9 @@
 """Sweep files: YAML that names frameworks, launchers, workloads, device counts and batch sizes.
 
-A sweep expands to cells, one per combination and repeat, in order of increasing device count
-so that each one-device baseline runs first.
+A sweep expands to cells, one per combination and repeat. Each curve's baseline, the ``single``
+cell of its framework (one process, one device, no data-parallel wrapper), is added once per
+framework and runs first. Without ``threads_per_device``, a CPU device is the same unit at every
+point: the cores of a node over the largest device count of the sweep.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import yaml
 from scaling import hardware
 from scaling.cell import Cell, make_cell, resolve_device_type
 from scaling.errors import ScalingError, positive_int
-from scaling.frameworks import framework_names
+from scaling.frameworks import framework_names, get_framework
 from scaling.launchers import LAUNCHERS, launchers_of
+from scaling.launchers.single import BASELINE_LAUNCHER
 from scaling.units import parse_bytes
 
 
@@ -110,6 +113,9 @@ class SweepConfig:
     """Run CPU cells whose devices x threads exceed the cores (they measure contention)."""
     slurm: Optional[SlurmSection] = None
     """Resources of the Slurm jobs under ``--backend slurm``."""
+    single_baseline: bool = True
+    """Add each curve's ``single`` baseline cell (false: each curve is measured against its
+    own one-device point, and the report says so)."""
     prices: Dict[str, float] = field(default_factory=dict)
     """US dollars per hour by device type, device name or ``instance`` (see scaling.report.cost)."""
 
@@ -119,7 +125,8 @@ class SweepConfig:
         return list(dict.fromkeys(resolve_device_type(kind) for kind in types))
 
     def thread_counts(self) -> List[Optional[int]]:
-        """CPU threads per device: one value (None: cores // devices), or a list (an axis)."""
+        """CPU threads per device: one value (None: the cores over the largest device count),
+        or a list (an axis)."""
         if isinstance(self.threads_per_device, list):
             return sorted(set(self.threads_per_device))
         return [self.threads_per_device]
@@ -239,11 +246,13 @@ def interpreters(config: SweepConfig) -> Dict[str, str]:
     return {name: section.python for name, section in config.frameworks.items() if section.python}
 
 
-def device_counts(devices: Union[List[int], str], device_type: str) -> List[int]:
-    """``all`` -> 1, 2, 4, ... and the machine's full device count."""
+def device_counts(devices: Union[List[int], str], device_type: str,
+                  cores: Optional[int] = None) -> List[int]:
+    """``all`` -> 1, 2, 4, ... and every device of a node: its GPUs, or its ``cores`` (default:
+    this machine's)."""
     if devices != "all":
         return sorted(set(devices))
-    available = hardware.gpu_count() if device_type == "gpu" else hardware.cpu_cores()
+    available = hardware.gpu_count() if device_type == "gpu" else cores or hardware.cpu_cores()
     counts = {1, available}
     power = 2
     while power < available:
@@ -264,20 +273,21 @@ def resolve_batch(batch: Union[int, str], max_batch: Optional[int], multiple_of:
     return max(multiple_of, int(max_batch * fraction) // multiple_of * multiple_of)
 
 
-def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]] = None
-           ) -> List[Cell]:
-    """The sweep's cells. ``max_batches`` maps (framework, launcher, workload, devices) to the
-    largest batch that fits, for symbolic batch sizes; a combination where none fitted has no
-    cell."""
+def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]] = None,
+           cores: Optional[int] = None) -> List[Cell]:
+    """The sweep's cells, each curve's ``single`` baseline first. ``max_batches`` maps
+    (framework, launcher, workload, devices) to the largest batch that fits, for symbolic batch
+    sizes; a combination where none fitted has no cell. ``cores``: CPU cores of a node where
+    the cells run (default: this machine's)."""
     positive_int("repeats", config.repeats)
     memory_limit = parse_bytes(config.memory_limit) if config.memory_limit else None
     cells = []
     for framework, section in config.frameworks.items():
         for device_type in config.device_types():
+            counts = device_counts(config.devices, device_type, cores)
             combos = itertools.product(
                 section.launchers, config.workloads, config.modes, config.batch_sizes,
-                config.node_counts(), device_counts(config.devices, device_type),
-                config.thread_counts(), range(config.repeats),
+                config.node_counts(), counts, config.thread_counts(), range(config.repeats),
             )
             for launcher, workload, mode, batch, nodes, devices, threads, repeat in combos:
                 most = LAUNCHERS.get(launcher).max_devices
@@ -296,6 +306,19 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                     nodes=nodes, memory_limit=memory_limit, repeat=repeat,
                     options=section.options, timeout_s=config.timeout_s, mode=mode,
                     min_time_s=config.min_time_s, profile=config.profile,
-                    allow_oversubscribe=config.allow_oversubscribe,
+                    allow_oversubscribe=config.allow_oversubscribe, cores=cores,
+                    largest_devices=max(counts),
                 ))
-    return cells
+    baselines = list(map(single_twin, cells)) if config.single_baseline else []
+    return list({cell.cell_id: cell for cell in [*baselines, *cells]}.values())
+
+
+def single_twin(cell: Cell) -> Cell:
+    """The cell a curve is measured against: ``single``, one device on one node, with the
+    curve's framework, workload, batch, image size, device type, threads, mode and repeat, and
+    only the framework's options (a launcher's own do not apply to it)."""
+    single = LAUNCHERS.get(BASELINE_LAUNCHER)
+    framework_options = get_framework(cell.framework).options
+    return cell.with_changes(
+        launcher=single.name, devices=1, nodes=1, data_parallel=single.data_parallel,
+        options={key: value for key, value in cell.options.items() if key in framework_options})

@@ -105,6 +105,8 @@ def write_records(out_dir: Path, records) -> Path:
 
 
 def write_sweep(path: Path, **overrides) -> Path:
+    """The smallest sweep, with ``overrides``: one tiny torchrun cell, and no ``single``
+    baseline unless ``single_baseline=True``."""
     import yaml
 
     spec = {
@@ -118,6 +120,7 @@ def write_sweep(path: Path, **overrides) -> Path:
         "steps": 3,
         "warmup": 1,
         "timeout_s": 120,
+        "single_baseline": False,
     }
     spec.update(overrides)
     path.write_text(yaml.safe_dump(spec))

@@ -8,8 +8,10 @@ from conftest import read_records, recorded_cell, scaling_cli_ok
 
 from scaling.cell import make_cell
 from scaling.errors import ScalingError
+from scaling.hardware import cpu_cores
 from scaling.launchers import launchers_of
 from scaling.report.tables import with_scaling
+from scaling.sweep import expand, parse_sweep
 
 TINY = ("--workload", "cifar10", "--batch-size", 4, "--image-size", 16, "--steps", 2,
         "--warmup", 1, "--device-type", "cpu", "--no-telemetry")
@@ -54,11 +56,31 @@ def test_without_a_single_cell_the_curve_says_why():
 
 
 def test_a_sweep_that_lists_single_runs_it_at_one_device_only():
-    from scaling.sweep import expand, parse_sweep
-
     spec = parse_sweep({"frameworks": {"torch": {"launchers": ["single", "torchrun"]}},
                         "workloads": ["cifar10"], "batch_sizes": [4], "devices": [1, 2],
                         "nodes": [1, 2], "device_type": "cpu"})
     points = sorted((cell.launcher, cell.devices, cell.nodes) for cell in expand(spec))
     assert points == [("single", 1, 1), ("torchrun", 1, 1), ("torchrun", 1, 2),
                       ("torchrun", 2, 1), ("torchrun", 2, 2)]
+
+
+def test_a_sweep_adds_one_single_cell_per_framework_and_runs_it_first():
+    spec = parse_sweep({"frameworks": {"torch": {"launchers": ["torchrun", "horovod"],
+                                                 "options": {"channels_last": True}}},
+                        "workloads": ["cifar10"], "batch_sizes": [4], "devices": [1, 2],
+                        "device_type": "cpu"})
+    cells = expand(spec)
+    assert [(c.launcher, c.devices) for c in cells] == [
+        ("single", 1), ("torchrun", 1), ("torchrun", 2), ("horovod", 1), ("horovod", 2)]
+    assert cells[0].options == {"channels_last": True}
+    assert cells[0].data_parallel == "none"
+
+
+def test_a_cpu_device_is_the_same_unit_at_every_point_of_a_curve():
+    spec = parse_sweep({"frameworks": {"torch": {"launchers": ["torchrun"]}},
+                        "workloads": ["cifar10"], "batch_sizes": [4], "devices": [1, 2],
+                        "device_type": "cpu"})
+    cells = expand(spec, cores=8)
+    assert {c.threads_per_device for c in cells} == {4}
+    assert all(c.threads_default for c in cells)
+    assert {c.threads_per_device for c in expand(spec)} == {max(1, cpu_cores() // 2)}

@@ -123,4 +123,5 @@ def test_device_type_is_an_axis():
     with pytest.raises(ScalingError, match="1 GPUs requested but this machine has 0"):
         expand(spec)
     spec.device_type = ["cpu"]
-    assert [cell.device_type for cell in expand(spec)] == ["cpu"]
+    assert [(cell.launcher, cell.device_type) for cell in expand(spec)] == [
+        ("single", "cpu"), ("torchrun", "cpu")]

@@ -10,7 +10,7 @@ from scaling.sweep import device_counts, expand, load_sweep
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_issue_example_shape_expands_in_baseline_first_order(tmp_path):
+def test_the_quickstart_shape_expands_with_its_single_baselines_first(tmp_path):
     config = tmp_path / "quick.yaml"
     config.write_text("""
 name: quickstart
@@ -27,8 +27,10 @@ repeats: 2
 timeout_s: 600
 """)
     cells = expand(load_sweep(config))
-    assert len(cells) == 2 * 2 * 2 * 2
-    assert [c.devices for c in cells[:4]] == [1, 1, 2, 2]
+    baselines, curves = cells[:2 * 2 * 2], cells[2 * 2 * 2:]
+    assert {(c.launcher, c.devices) for c in baselines} == {("single", 1)}
+    assert len(curves) == 2 * 2 * 2 * 2
+    assert {c.launcher for c in curves} == {"torchrun"}
     assert {c.image_size for c in cells} == {64}
     assert len({c.cell_id for c in cells}) == len(cells)
 

@@ -159,7 +159,8 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
         click.option("--device-type", type=click.Choice(DEVICE_TYPES), default="auto",
                      show_default=True, help="auto: GPUs if there are any, else CPU workers."),
         click.option("--threads-per-device", type=int,
-                     help="CPU threads per worker [default: cores // devices, at least 1]."),
+                     help="CPU threads per worker [default: cores // the largest device count "
+                          "of the run or sweep, at least 1]."),
         click.option("--memory-limit", help="Memory cap per CPU device, e.g. 3GiB."),
         click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
                      help=f"Seconds before a {what}'s processes are killed."),

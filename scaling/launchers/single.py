@@ -10,10 +10,13 @@ from typing import List
 from scaling.frameworks import FRAMEWORKS
 from scaling.launchers import Launcher, register_launcher, worker_argv
 
+BASELINE_LAUNCHER = "single"
+"""The launcher of every curve's baseline."""
+
 
 @register_launcher
 class Single(Launcher):
-    name = "single"
+    name = BASELINE_LAUNCHER
     frameworks = ()
     data_parallel = "none"
     max_devices = 1

@@ -20,10 +20,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from rich.table import Table
 
 from scaling.frameworks import FRAMEWORKS
+from scaling.launchers.single import BASELINE_LAUNCHER
 from scaling.uncertainty import ratio_interval, repeats_interval
-
-BASELINE_LAUNCHER = "single"
-"""The launcher of every curve's baseline."""
 
 
 @dataclass(frozen=True)

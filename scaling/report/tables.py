@@ -38,14 +38,18 @@ def reported_version(record: Dict) -> str:
 
 
 def explicit_threads(record: Dict) -> str:
-    """``4 threads`` when a CPU cell's threads per device are not the default (the harness's
-    cores split across the devices), as on a threads axis; empty otherwise."""
+    """``4 threads`` when a CPU cell's threads per device were given rather than the default
+    (the cores over the largest device count), as on a threads axis; empty otherwise. Records
+    from before ``threads_default`` took the cores split across their own devices as default."""
     threads = record.get("threads_per_device")
-    cores = record.get("cpu_cores")
-    if record["device_type"] != "cpu" or not threads or not cores or \
-            threads == max(1, cores // record["devices"]):
+    if record["device_type"] != "cpu" or not threads:
         return ""
-    return f"{threads} thread" + ("s" if threads > 1 else "")
+    cores = record.get("cpu_cores")
+    if "threads_default" in record:
+        default = record["threads_default"]
+    else:
+        default = not cores or threads == max(1, cores // record["devices"])
+    return "" if default else f"{threads} thread" + ("s" if threads > 1 else "")
 
 
 def curve_fields(record: Dict) -> Tuple:
