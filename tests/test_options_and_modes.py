@@ -95,3 +95,14 @@ def test_modes_are_a_sweep_axis_in_records_csv_and_report(modes_sweep):
     assert "s/batch" in report.stdout
     with open(out_dir / "results.csv") as table:
         assert sorted(row["mode"] for row in csv.DictReader(table)) == modes
+
+
+@pytest.mark.slow
+def test_modes_with_a_backward_pass_report_gradients_and_forward_does_not(modes_sweep):
+    out_dir, _ = modes_sweep
+    reports = {record["mode"]: rank_reports(record)[0] for record in read_records(out_dir)}
+    assert "gradient_sums" not in reports["forward"]
+    for mode in ("forward_backward", "train"):
+        [gradient_sum] = reports[mode]["gradient_sums"]
+        assert gradient_sum != 0
+    assert len({tuple(report["data_sums"]) for report in reports.values()}) == 1

@@ -13,7 +13,11 @@ A framework supplies a *session* built for one process of a cell:
 - ``profile(steps, path)``, optional: run ``steps`` steps under the framework's profiler, write
   its Chrome trace to ``path`` and return whether compute ran on a device (GPU), or None where
   this rank only stepped along unprofiled;
-- ``finish()``: a dict of what the process reports after its window (memory, parameters).
+- ``finish()``: a dict of what the process reports after its window (memory, parameters),
+  with fingerprints, one per replica that the process drives: ``data_sums``, the sum of the
+  replica's input images (each replica's batch is seeded by its index in the cell), and, in
+  modes with a backward pass, ``gradient_sums``, the sum of every element of its gradients
+  after the last step (aggregated in ``forward_backward``, so equal on every replica).
 
 Everything else is here, written once: warm-up, the window between two barriers, step times,
 fault injection, the rank report, and the watch for a rank killed by a signal. Standard library

@@ -8,7 +8,9 @@ waits for them; errors raised inside the engine surface there, inside the report
 Trainer) or ``horovod`` (one Horovod rank per context, ``hvd.DistributedTrainer`` after a
 broadcast of the parameters). Option ``amp``: ``mxnet.contrib.amp`` with
 float16 on GPU and bfloat16 on CPU, with a dynamic loss scale. Modes: ``forward`` runs the
-network outside ``autograd.record``; ``forward_backward`` computes gradients and does not step.
+network outside ``autograd.record``; ``forward_backward`` computes gradients and aggregates them
+(``allreduce_grads``, whose kvstore then keeps no optimizer) without an update. Each context's
+batch is seeded by its cell-wide replica index.
 """
 
 from __future__ import annotations
@@ -27,15 +29,19 @@ def cpu_has_bf16() -> bool:
 class KvstoreParallel:
     """One process over all of its contexts; a kvstore Trainer aggregates their gradients."""
 
-    first_gpu = 0
+    first_gpu = first_replica = 0
     versions: dict = {}
 
     def __init__(self, cell: dict):
         self.kvstore = cell["options"].get("kvstore",
                                            "device" if cell["device_type"] == "gpu" else "local")
+        self.update_on_kvstore = False if cell["mode"] == "forward_backward" else None
 
     def trainer(self, gluon, params, optimizer: str, optimizer_params: dict):
-        return gluon.Trainer(params, optimizer, optimizer_params, kvstore=self.kvstore)
+        """A trainer over ``params``; in forward_backward the kvstore only aggregates (MXNet
+        picks where train updates)."""
+        return gluon.Trainer(params, optimizer, optimizer_params, kvstore=self.kvstore,
+                             update_on_kvstore=self.update_on_kvstore)
 
     def total(self, mx, value: float) -> float:
         """The sum of ``value`` over the cell's processes: this one holds every context."""
@@ -46,7 +52,7 @@ class NoParallel(KvstoreParallel):
     """One process on one context with no kvstore: the ``single`` baseline."""
 
     def __init__(self, cell: dict):
-        self.kvstore = None
+        self.kvstore = self.update_on_kvstore = None
 
 
 class HorovodParallel:
@@ -60,7 +66,7 @@ class HorovodParallel:
 
         self.hvd, self.versions = hvd, {"horovod": horovod.__version__}
         hvd.init()
-        self.first_gpu = hvd.local_rank()
+        self.first_gpu, self.first_replica = hvd.local_rank(), hvd.rank()
 
     def trainer(self, gluon, params, optimizer: str, optimizer_params: dict):
         """A trainer over ``params``, broadcast from rank 0 (they are initialized at the first
@@ -110,7 +116,7 @@ class MxnetSession:
         workload = get_workload(cell["workload"])
         self.images_per_step = cell["batch_size"] * len(self.contexts)
         self._build_model(gluon, cell, workload)
-        self._make_batch(gluon, cell["image_size"], workload)
+        self._make_batch(cell["batch_size"], cell["image_size"], workload)
         report.update(
             versions={"mxnet": mx.__version__, "cuda": mx.runtime.Features().is_enabled("CUDA"),
                       **self.parallel.versions},
@@ -131,15 +137,15 @@ class MxnetSession:
             self.amp.init_trainer(self.trainer)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-    def _make_batch(self, gluon, size: int, workload) -> None:
-        """One synthetic batch, split across the contexts once."""
-        nd = self.mx.nd
-        self.images = gluon.utils.split_and_load(
-            nd.random.uniform(shape=(self.images_per_step, workload.channels, size, size)),
-            self.contexts)
-        self.labels = gluon.utils.split_and_load(
-            nd.random.randint(0, workload.classes, shape=(self.images_per_step,))
-            .astype("float32"), self.contexts)
+    def _make_batch(self, batch: int, size: int, workload) -> None:
+        """One synthetic batch per context, seeded by its cell-wide replica index."""
+        mx, self.images, self.labels = self.mx, [], []
+        for index, context in enumerate(self.contexts, start=self.parallel.first_replica):
+            mx.random.seed(index, ctx=context)
+            self.images.append(mx.nd.random.uniform(
+                shape=(batch, workload.channels, size, size), ctx=context))
+            self.labels.append(mx.nd.random.randint(
+                0, workload.classes, shape=(batch,), ctx=context).astype("float32"))
 
     def step(self) -> None:
         if self.mode == "forward":
@@ -154,6 +160,8 @@ class MxnetSession:
         self.autograd.backward(losses)
         if self.mode == "train":
             self.trainer.step(self.images_per_step)
+        else:
+            self.trainer.allreduce_grads()
 
     def synchronize(self) -> None:
         self.mx.nd.waitall()
@@ -177,17 +185,28 @@ class MxnetSession:
         profiler.dump()
         return self.gpu
 
+    def fingerprints(self) -> dict:
+        """Per context, the sum of its batch's images and, after a backward pass, of its
+        gradients: aggregated in forward_backward, and in train where the contexts, not a
+        kvstore, update."""
+        sums = {"data_sums": [float(x.sum().asscalar()) for x in self.images]}
+        if self.mode != "forward":
+            trained = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
+            sums["gradient_sums"] = [sum(float(p.grad(context).sum().asscalar())
+                                         for p in trained) for context in self.contexts]
+        return sums
+
     def finish(self) -> dict:
         params = sum(p.data(self.contexts[0]).size for p in self.net.collect_params().values()
                      if p.grad_req != "null")
         if not self.gpu:
             return {"params": params, "peak_memory_bytes": common.peak_rss_bytes(),
-                    **common.cpu_memory_headroom()}
+                    **common.cpu_memory_headroom(), **self.fingerprints()}
         # The pooled GPU allocator keeps what it has allocated, so use at the end is the peak.
         info = [self.mx.context.gpu_memory_info(context.device_id) for context in self.contexts]
         used = max(total - free for free, total in info)
         return {"params": params, "peak_memory_bytes": used, "capped_memory_peak_bytes": used,
-                "memory_capacity_bytes": min(total for _, total in info)}
+                "memory_capacity_bytes": min(total for _, total in info), **self.fingerprints()}
 
 
 def build(cell: dict, report: dict, rank: int) -> MxnetSession:

@@ -2,8 +2,9 @@
 ``data_parallel``.
 
 Each makes the tf.distribute strategy that the model is built and stepped under, and says what
-the session does differently under it: the process's first GPU, how the gradient tape reduces
-gradients, what is broadcast once the model is built, and how a value is summed over the cell.
+the session does differently under it: the process's first GPU, how the gradients are
+aggregated, what is broadcast once the model is built, which replicas the process drives and
+how a value is summed over the cell.
 
 - ``mirrored``: MirroredStrategy over this process's devices (NCCL on GPU, a reduction to one
   device on CPU);
@@ -50,6 +51,16 @@ class Plain:
     def gradient_tape(self, tape):
         """The tape whose gradients the step applies (the strategy reduces them itself)."""
         return tape
+
+    def replica_index(self, context) -> int:
+        """The cell-wide index of the replica that a ``ValueContext`` describes."""
+        return context.replica_id_in_sync_group
+
+    def aggregate(self, grads):
+        """In a replica's step, ``grads`` summed over every replica of the cell, as
+        ``apply_gradients`` sums them (the loss is averaged over the global batch)."""
+        return self.tf.distribute.get_replica_context().all_reduce(
+            self.tf.distribute.ReduceOp.SUM, grads)
 
     def sum_function(self, strategy):
         """A tf.function that sums a scalar over every process of the cell."""
@@ -115,6 +126,14 @@ class Horovod(Plain):
 
     def gradient_tape(self, tape):
         return self.hvd.DistributedGradientTape(tape)
+
+    def replica_index(self, context) -> int:
+        """The rank: each rank drives one replica under the default strategy."""
+        return self.hvd.rank()
+
+    def aggregate(self, grads):
+        """The tape has allreduced them already."""
+        return grads
 
     def sum_function(self, strategy):
         hvd = self.hvd

@@ -4,11 +4,12 @@ The cell's ``data_parallel`` picks the mechanism (``scaling.workers.tf_strategie
 ``mirrored`` drives N devices with MirroredStrategy; ``multiworker`` is one worker of a
 MultiWorkerMirroredStrategy cluster described by TF_CONFIG; ``horovod`` is one Horovod rank on
 one device. The step is a ``tf.function`` run through ``strategy.run``; warm-up covers tracing
-and compilation. Steps are not waited for one by one: at chunk boundaries the last step's loss
-is materialized on the host, which waits for every step queued before it. Modes: ``forward``
-runs the model with ``training=False`` and no tape; ``forward_backward`` computes the gradients
-and applies none. Options: ``xla`` (``jit_compile``) and ``mixed_precision`` (the
-``mixed_float16`` policy, with loss scaling).
+and compilation. Steps are not waited for one by one: at chunk boundaries the last step's
+results are materialized on the host, which waits for every step queued before it. Modes:
+``forward`` runs the model with ``training=False`` and no tape; ``forward_backward`` computes
+the gradients, aggregates them over the replicas as ``apply_gradients`` would, and applies
+none. Each replica's batch is seeded by its cell-wide index. Options: ``xla``
+(``jit_compile``) and ``mixed_precision`` (the ``mixed_float16`` policy, with loss scaling).
 """
 
 from __future__ import annotations
@@ -126,7 +127,9 @@ class TensorFlowSession:
         self._build_model(keras, strategy, workload)
         report.update(self._description(keras, strategy))
         self.images_per_step = cell["batch_size"] * cell["local_devices"]
-        self._step = self._step_function(strategy, workload)
+        self.strategy = strategy
+        self._make_batch(workload)
+        self._step = self._step_function(self.mode)
         self._total, self._last = self.parallel.sum_function(strategy), None
 
     def _build_model(self, keras, strategy, workload) -> None:
@@ -170,29 +173,37 @@ class TensorFlowSession:
             mixed_precision=bool(cell["options"].get("mixed_precision")),
         )
 
-    def _step_function(self, strategy, workload):
-        """One step over every replica of the process, on a synthetic batch made once."""
+    def _make_batch(self, workload) -> None:
+        """One synthetic batch per replica, made once and seeded by the replica's index."""
         tf, size, batch = self.tf, self.cell["image_size"], self.cell["batch_size"]
 
         def synthetic(context):
-            images = tf.random.uniform([batch, size, size, workload.channels])
-            labels = tf.random.uniform([batch], maxval=workload.classes, dtype=tf.int32)
+            seed = [self.parallel.replica_index(context), 0]
+            images = tf.random.stateless_uniform([batch, size, size, workload.channels], seed)
+            labels = tf.random.stateless_uniform([batch], seed, minval=0,
+                                                 maxval=workload.classes, dtype=tf.int32)
             return images, labels
 
-        images, labels = strategy.experimental_distribute_values_from_function(synthetic)
-        replica_step = tf.function(self._replica_step,
+        self.images, self.labels = \
+            self.strategy.experimental_distribute_values_from_function(synthetic)
+
+    def _step_function(self, mode: str):
+        """One step in ``mode`` over every replica of the process; it returns each replica's
+        result (its loss, or in forward_backward the sum of the aggregated gradients)."""
+        tf, strategy = self.tf, self.strategy
+        replica_step = tf.function(lambda images, labels: self._replica_step(mode, images, labels),
                                    jit_compile=bool(self.cell["options"].get("xla")))
 
         @tf.function
         def step():
-            losses = strategy.run(replica_step, args=(images, labels))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+            return strategy.experimental_local_results(
+                strategy.run(replica_step, args=(self.images, self.labels)))
 
         return step
 
-    def _replica_step(self, images, labels):
+    def _replica_step(self, mode: str, images, labels):
         tf, model = self.tf, self.model
-        if self.mode == "forward":
+        if mode == "forward":
             return tf.reduce_sum(tf.cast(model(images, training=False), tf.float32))
         with tf.GradientTape() as tape:
             logits = tf.cast(model(images, training=True), tf.float32)
@@ -201,18 +212,19 @@ class TensorFlowSession:
             scaled = self.scale_loss(loss)
         tape = self.parallel.gradient_tape(tape)
         grads = self.unscale(tape.gradient(scaled, model.trainable_variables))
-        if self.mode == "forward_backward":
-            # Returned, so that the gradients are computed rather than pruned.
-            return tf.linalg.global_norm(grads)
-        self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+        if mode == "train":
+            self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        # Returned, so that the aggregated gradients are computed rather than pruned.
+        return tf.add_n([tf.reduce_sum(tf.cast(grad, tf.float32))
+                         for grad in self.parallel.aggregate(grads)])
 
     def step(self) -> None:
         self._last = self._step()
 
     def synchronize(self) -> None:
-        if self._last is not None:
-            self._last.numpy()
+        for result in self._last or ():
+            result.numpy()
 
     def barrier(self) -> None:
         self._total(self.tf.constant(1.0)).numpy()
@@ -237,7 +249,15 @@ class TensorFlowSession:
         return self.cell["device_type"] == "gpu"
 
     def finish(self) -> dict:
-        return memory_report(self.tf, self.cell, self.devices, self.parallel.first_gpu)
+        report = memory_report(self.tf, self.cell, self.devices, self.parallel.first_gpu)
+        local = self.strategy.experimental_local_results
+        report["data_sums"] = [float(self.tf.reduce_sum(images)) for images in local(self.images)]
+        if self.mode != "forward":
+            # The last step's in forward_backward; after train, one more untimed such step.
+            sums = self._last if self.mode == "forward_backward" \
+                else self._step_function("forward_backward")()
+            report["gradient_sums"] = [float(value) for value in sums]
+        return report
 
 
 def build(cell: dict, report: dict, rank: int) -> TensorFlowSession:

@@ -11,7 +11,8 @@ Options: ``amp`` (autocast: true picks bf16 on CPU and fp16 with a gradient scal
 ``fp16`` or ``bf16`` choose), ``channels_last`` (model and data in NHWC memory format),
 ``compile`` (torch.compile, compiled by one untimed step before the warm-up) and
 ``cudnn_benchmark``. Modes: ``train``; ``forward`` (inference mode, no gradient, no
-data-parallel wrapper); ``forward_backward`` (loss and backward, no optimizer step).
+data-parallel wrapper); ``forward_backward`` (loss and backward, whose gradients DDP or Horovod
+aggregate, no optimizer step). The batch is seeded by the rank, so every replica's differs.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ class TorchSession:
         report["versions"].update(self.parallel.versions)
         workload = get_workload(cell["workload"])
         report["params"] = self._build_model(cell, workload, local_rank)
-        self._make_batch(cell, workload)
+        self._make_batch(cell, workload, common.process_ranks()[0])
         if options.get("compile"):
             report["compile_s"] = self._compile()
 
@@ -189,12 +190,14 @@ class TorchSession:
         self.loss_fn = torch.nn.CrossEntropyLoss()
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
-    def _make_batch(self, cell: dict, workload) -> None:
-        """One synthetic batch on the device, used by every step."""
+    def _make_batch(self, cell: dict, workload, rank: int) -> None:
+        """One synthetic batch on the device, seeded by ``rank``, used by every step."""
         size, batch = cell["image_size"], cell["batch_size"]
-        self.images = self.torch.randn(batch, workload.channels, size, size,
+        seeded = self.torch.Generator(self.device).manual_seed(rank)
+        self.images = self.torch.randn(batch, workload.channels, size, size, generator=seeded,
                                        device=self.device).to(memory_format=self.memory_format)
-        self.labels = self.torch.randint(0, workload.classes, (batch,), device=self.device)
+        self.labels = self.torch.randint(0, workload.classes, (batch,), generator=seeded,
+                                         device=self.device)
         self.images_per_step = batch
 
     def _compile(self) -> float:
@@ -260,9 +263,13 @@ class TorchSession:
         return _CudaEventTimer(self.torch) if self.is_gpu else None
 
     def finish(self) -> dict:
-        memory = self._memory()
+        report = {**self._memory(), "data_sums": [self.images.double().sum().item()]}
+        if self.mode != "forward":
+            # After backward, DDP and Horovod leave the aggregated gradients in .grad.
+            report["gradient_sums"] = [sum(p.grad.double().sum().item()
+                                           for p in self.model.parameters() if p.grad is not None)]
         self.parallel.finish()
-        return memory
+        return report
 
     def _memory(self) -> dict:
         """Peak memory, and the peak and capacity of the memory that OOM is decided on."""
