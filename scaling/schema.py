@@ -60,6 +60,11 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                       "steps (scaling.workers.breakdown)",
     "trace": "with profile: this rank's Chrome trace, cells/CELL/trace-rank{N}.json",
     "profile_error": "with profile: why there is no breakdown",
+    "data_sums": "one per replica the process drives: the sum of its input images (each "
+                 "replica's batch is seeded by its index in the cell)",
+    "gradient_sums": "with a backward pass, one per replica: the sum of every element of its "
+                     "gradients after the last step (aggregated in forward_backward, so equal "
+                     "on every replica)",
 }
 """Fields of ``cells/CELL/rank{N}.json``; frameworks may add their own details."""
 

@@ -34,12 +34,6 @@ def scaling_cli_ok(*args, **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
-def images_per_sec_from_reports(reports) -> float:
-    """Global images over the longest rank window, as the harness computes it (kept for the
-    tests that have not moved to :func:`check_images_per_sec`)."""
-    return sum(r["images"] for r in reports) / max(r["window_s"] for r in reports)
-
-
 def rank_reports(record) -> list:
     cell_dir = Path(record["log"]).parent
     return [json.loads(p.read_text()) for p in sorted(cell_dir.glob("rank*.json"))]
@@ -54,8 +48,6 @@ def check_images_per_sec(record, images: int) -> None:
     # Wall-clock timestamps near 1.7e9 s differ exactly to within a microsecond.
     assert record["timed_window_s"] == pytest.approx(window, abs=1e-6)
     assert record["images_per_sec"] == pytest.approx(images / record["timed_window_s"])
-
-
 
 def leftover_cell_processes(record) -> list:
     """Processes started for the cell of ``record`` (they carry its token) still alive."""

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (images_per_sec_from_reports, leftover_cell_processes, rank_reports,
+from conftest import (check_images_per_sec, leftover_cell_processes, rank_reports,
                       read_records, scaling_cli, scaling_cli_ok, write_sweep)
+from scaling.execute.monitor import TELEMETRY_FILE
 from scaling.placement import free_port_block
 from scaling.sweep import expand, interpreters, load_sweep
 
@@ -50,8 +51,7 @@ def test_each_framework_runs_on_one_and_two_ranks_with_the_same_model_as_its_own
             assert record["versions"]["horovod"] == "0.28.1"
             reports = rank_reports(record)
             assert sorted(r["rank"] for r in reports) == list(range(record["devices"]))
-            assert record["timed_images"] == 4 * record["devices"] * record["steps_timed"]
-            assert record["images_per_sec"] == pytest.approx(images_per_sec_from_reports(reports))
+            check_images_per_sec(record, 4 * record["devices"] * 3)
     assert all(len(counts) == 1 for counts in params.values()), params
 
     by_launcher = {(r["framework"], r["launcher"]): r for r in records}
@@ -71,7 +71,19 @@ def test_the_comparison_config_pairs_each_framework_with_horovod_on_one_interpre
         ("torch", "torchrun", "ddp"), ("torch", "horovod", "horovod"),
         ("tensorflow@tf215", "tf-multiworker", "multiworker"),
         ("tensorflow@tf215", "horovod", "horovod"),
-        ("mxnet", "mxnet-kvstore", "kvstore"), ("mxnet", "horovod", "horovod")}
+        ("mxnet", "mxnet-kvstore", "kvstore"), ("mxnet", "horovod", "horovod"),
+        ("torch", "single", "none"), ("tensorflow@tf215", "single", "none"),
+        ("mxnet", "single", "none")}
+
+
+@pytest.mark.slow
+def test_telemetry_knows_each_horovod_rank(out_dir):
+    result = run_horovod(out_dir, "--min-time", 3)
+    assert result.returncode == 0, result.stderr
+    [record] = read_records(out_dir)
+    assert len(record["telemetry"]["rss_max_bytes_per_rank"]) == 2
+    series = (Path(record["log"]).parent / TELEMETRY_FILE).read_text().splitlines()
+    assert {rank for line in series for rank in json.loads(line)["rss_bytes"]} == {"0", "1"}
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from scaling.execute.monitor import (NOISE_CORES, QUIET_CHECK_S, SAMPLE_S, TELEM
                                      CellMonitor, Nvml, other_cores, summarize_watch,
                                      wait_for_quiet)
 from scaling.workers.breakdown import COMMUNICATION, step_breakdown
+from scaling.workers.common import process_ranks
 
 CELL = ("run", "--workload", "cifar10", "--image-size", "16", "--batch-size", "4",
         "--warmup", "1", "--steps", "2")
@@ -252,3 +253,16 @@ def test_gpu_telemetry_and_foreign_gpu_processes_with_a_mocked_nvml(tmp_path):
     assert telemetry["temperature_max_c"] == 65 and telemetry["sm_clock_mean_mhz"] == 1980
     assert watched["noisy"] is True
     assert "processes [4242] that are not the cell's ran on its GPUs" in watched["noise"]
+
+
+@pytest.mark.parametrize("environ, ranks", [
+    ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}, (3, 1, 4)),  # torchrun, the spawner
+    ({"HOROVOD_RANK": "1", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_SIZE": "2"}, (1, 1, 2)),
+    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+      "OMPI_COMM_WORLD_SIZE": "8"}, (5, 1, 8)),  # horovodrun over Open MPI
+    ({"PMI_RANK": "2", "MPI_LOCALRANKID": "0", "PMI_SIZE": "4"}, (2, 0, 4)),  # MPICH, Intel MPI
+    ({}, (0, 0, 1)),
+], ids=["torchrun", "horovod-gloo", "open-mpi", "mpich", "alone"])
+def test_the_monitor_and_the_workers_read_a_rank_from_whichever_launcher_started_it(
+        environ, ranks):
+    assert process_ranks(environ) == ranks

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import images_per_sec_from_reports, rank_reports, read_records, write_sweep
+from conftest import check_images_per_sec, read_records, write_sweep
 from slurmcluster import SlurmCluster, missing_binaries, wait_until
 
 from scaling.cli import cli
@@ -83,12 +83,14 @@ def task_states(cluster, out: Path) -> list:
     return cluster.run("squeue", "-h", "-r", f"--name={names}", "-o", "%T").stdout.split()
 
 
-def check_measured(record, batch: int) -> None:
-    """An ok record whose figure comes from its ranks' own reports."""
+def check_measured(record, batch: int, min_time: bool = False) -> None:
+    """An ok record whose figure is the images the sweep asked for, the global ``batch`` over
+    write_sweep's 3 steps (under a minimum time, the whole steps that filled it), over its
+    ranks' own windows."""
     assert record["status"] == "ok", record["error"]
-    assert record["timed_images"] == batch * record["steps_timed"] > 0
-    assert record["images_per_sec"] == pytest.approx(
-        images_per_sec_from_reports(rank_reports(record)))
+    steps = record["steps_timed"] if min_time else 3
+    assert steps >= 3
+    check_images_per_sec(record, batch * steps)
 
 
 def test_the_rendered_script_matches_the_golden_file():
@@ -232,7 +234,7 @@ def test_a_task_requeued_while_it_runs_records_once_from_its_second_run(cluster,
                    env=cluster.env)
     scaling_ok(cluster, "status", out, "--wait")
     [record] = read_records(out)
-    check_measured(record, 4)
+    check_measured(record, 4, min_time=True)
     assert record["slurm"]["restart_count"] == 1
 
 
@@ -292,7 +294,7 @@ def test_a_controller_outage_records_nothing_and_waiting_rides_it_out(own_cluste
     cells = by_cell(read_records(out))
     assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
     for [record] in cells.values():
-        check_measured(record, record["batch_size"])
+        check_measured(record, record["batch_size"], min_time=True)
 
 
 def test_a_task_is_recorded_vanished_only_after_two_polls_a_grace_apart(own_cluster, tmp_path):

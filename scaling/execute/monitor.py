@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
+from scaling.workers.common import process_ranks
 
 SAMPLE_S = 0.5
 """Seconds between samples."""
@@ -161,7 +162,7 @@ class CellMonitor:
             self.ranks[proc.pid] = None
             with contextlib.suppress(psutil.Error, ValueError):
                 if any(arg.startswith("scaling.workers.") for arg in proc.cmdline()):
-                    self.ranks[proc.pid] = int(proc.environ().get("RANK", "0"))
+                    self.ranks[proc.pid] = process_ranks(proc.environ())[0]
         return self.ranks[proc.pid]
 
     def _run(self) -> None:

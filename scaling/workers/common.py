@@ -23,7 +23,7 @@ import signal
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 FAULT_ENV = "SCALING_FAULT"
 FAULT_KINDS = ("crash", "hang", "error")
@@ -45,14 +45,23 @@ def load_cell(cell_dir: str) -> Dict:
         return json.load(spec)
 
 
-def process_ranks() -> Tuple[int, int, int]:
-    """(global rank, local rank, world size) of this process, from the variables its launcher
-    set: RANK, LOCAL_RANK, WORLD_SIZE (torchrun, the harness's spawner) or HOROVOD_RANK,
-    HOROVOD_LOCAL_RANK, HOROVOD_SIZE (horovodrun); (0, 0, 1) for a process alone."""
-    for prefix, size in (("", "WORLD_SIZE"), ("HOROVOD_", "HOROVOD_SIZE")):
-        if f"{prefix}RANK" in os.environ:
-            return (int(os.environ[f"{prefix}RANK"]), int(os.environ[f"{prefix}LOCAL_RANK"]),
-                    int(os.environ[size]))
+RANK_VARIABLES = (("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+                  ("HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_SIZE"),
+                  ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+                  ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"))
+"""(rank, local rank, world size) variables, by launcher: torchrun and the harness's spawner
+(which also starts TensorFlow's workers), horovodrun with gloo, Open MPI, and MPICH or Intel MPI."""
+
+
+def process_ranks(environ: Optional[Mapping[str, str]] = None) -> Tuple[int, int, int]:
+    """(global rank, local rank, world size) of a process, from the variables its launcher set
+    (``RANK_VARIABLES``), read from ``environ`` (this process's environment by default);
+    (0, 0, 1) for a process alone."""
+    environ = os.environ if environ is None else environ
+    for rank, local_rank, size in RANK_VARIABLES:
+        if rank in environ:
+            return (int(environ[rank]), int(environ.get(local_rank, 0)),
+                    int(environ.get(size, 1)))
     return 0, 0, 1
 
 
