@@ -118,7 +118,7 @@ RECORD_FIELDS: Dict[str, str] = {
     "capped_memory_peak_bytes": "largest peak of the capped quantity",
     "memory_capacity_bytes": "smallest capacity of any rank",
     "noisy": "whether other processes were busy before or during the window (or ran on the "
-             "cell's GPUs)",
+             "cell's GPUs, or, under Slurm, other jobs ran on its nodes)",
     "noise": "how busy, e.g. 'other processes used 0.90 cores of 2 during the window', or null",
     "noise_cores": "cores other processes used during the window, on average",
     "quiet_wait_s": "seconds waited for quiet before the cell (--wait-for-quiet), or null",
@@ -136,7 +136,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "harness_version": "version of this harness",
     "started_at": "UTC start time",
     "slurm": "under --backend slurm: job_id, array_task_id, node_list, nodes (each node's "
-             "host, CPU and GPUs), restart_count",
+             "host, CPU and GPUs), restart_count, exclusive (whole nodes asked for; false "
+             "under --shared) and other_jobs (other Slurm jobs seen running on its nodes, "
+             "which also mark it noisy)",
     "wall_s": "seconds from launch to the end of the process tree",
     "log": "the launcher's log",
     "process_token": "token every process of the cell carried",

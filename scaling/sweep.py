@@ -72,6 +72,9 @@ class SlurmSection:
     """Passed to sbatch as they are."""
     parallel: Optional[int] = None
     """At most this many array tasks of a job run at once (sbatch --array=...%N)."""
+    shared: bool = False
+    """Let other jobs share a cell's nodes; by default each cell asks for whole nodes
+    (sbatch --exclusive), so nothing else runs beside what it measures."""
 
 
 SYMBOLIC_BATCH = re.compile(r"max(?:\*(0?\.[0-9]+|1(?:\.0*)?))?")

@@ -29,11 +29,11 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "slurm" / "sweep.sbatch"
 HOSTILE = "a'; touch PWNED; echo '"
 
 
-def start_cluster(root: Path) -> SlurmCluster:
+def start_cluster(root: Path, cpus_per_node: int = 2) -> SlurmCluster:
     if missing_binaries():
         pytest.skip(f"Slurm is not installed ({', '.join(missing_binaries())} missing; Debian: "
                     "apt-get install slurm-wlm munge, which make test does as root)")
-    return SlurmCluster(root, nodes=2)
+    return SlurmCluster(root, nodes=2, cpus_per_node=cpus_per_node)
 
 
 @pytest.fixture(scope="module")
@@ -101,18 +101,22 @@ def test_the_rendered_script_matches_the_golden_file():
     assert script == (GOLDEN / "array.sbatch").read_text()
 
 
-def test_sbatch_options_are_one_list_with_every_resource():
+def test_sbatch_options_are_one_list_with_every_resource_and_whole_nodes_unless_shared():
     section = SlurmSection(partition="gpu", account="ml", qos="high", time="0:10:00",
-                           constraint="h100", extra_args=["--exclusive"], parallel=4)
+                           constraint="h100", extra_args=["--mail-type=END"], parallel=4)
     argv = sbatch_argv(Path("/runs/x/job.sbatch"), job_name=HOSTILE, tasks=6, nodes=2,
                        cpus_per_task=16, gpus_per_node=8, section=section,
                        log_dir=Path("/runs/x/slurm"))
     assert argv == [
         "sbatch", "--parsable", f"--job-name={HOSTILE}", "--array=0-5%4", "--nodes=2",
         "--ntasks-per-node=1", "--cpus-per-task=16", "--time=0:10:00",
-        "--output=/runs/x/slurm/%A_%a.out", "--open-mode=append", "--requeue",
+        "--output=/runs/x/slurm/%A_%a.out", "--open-mode=append", "--requeue", "--exclusive",
         "--gpus-per-node=8", "--partition=gpu", "--account=ml", "--qos=high",
-        "--constraint=h100", "--exclusive", "/runs/x/job.sbatch"]
+        "--constraint=h100", "--mail-type=END", "/runs/x/job.sbatch"]
+    shared = sbatch_argv(Path("/runs/x/job.sbatch"), job_name="x", tasks=1, nodes=1,
+                         cpus_per_task=1, gpus_per_node=None,
+                         section=SlurmSection(shared=True), log_dir=Path("/runs/x/slurm"))
+    assert "--exclusive" not in shared
 
 
 def test_job_ids_are_read_strictly():
@@ -156,6 +160,7 @@ def test_sweep_over_one_and_two_nodes_with_torchrun_and_tf_multiworker(two_node_
     for record in records:
         assert set(record) == set(RECORD_FIELDS)
         assert record["slurm"]["job_id"] and len(record["slurm"]["nodes"]) == record["nodes"]
+        assert record["slurm"]["exclusive"] and record["slurm"]["other_jobs"] == []
         check_measured(record, 4 * record["nodes"])
         if record["nodes"] == 2:
             assert len(record["peak_memory_bytes_per_rank"]) == 2
@@ -319,11 +324,55 @@ def test_a_task_is_recorded_vanished_only_after_two_polls_a_grace_apart(own_clus
 
 def test_sbatch_refusing_is_a_one_line_infrastructure_error(cluster, tmp_path):
     result = scaling_here(cluster, "sweep", write_sweep(tmp_path / "sweep.yaml"), "--out",
-                          tmp_path / "out", "--backend", "slurm", "--partition", "nowhere",
+                          tmp_path / "out", "--backend", "slurm", "--time", "nonsense",
                           exit_code=3)
     [line] = result.stderr.splitlines()
     assert line.startswith("Error: could not submit scaling-test-")
-    assert "sbatch exited 1: sbatch: error: invalid partition specified: nowhere" in line
+    assert line.endswith("sbatch exited 255: sbatch: error: Invalid --time specification")
+
+
+def test_a_partition_without_nodes_is_a_one_line_infrastructure_error(cluster, tmp_path):
+    result = scaling_here(cluster, "sweep", write_sweep(tmp_path / "sweep.yaml"), "--out",
+                          tmp_path / "out", "--backend", "slurm", "--partition", "nowhere",
+                          exit_code=3)
+    assert result.stderr.splitlines() == ["Error: Slurm lists no nodes in partition 'nowhere'"]
+
+
+@pytest.mark.slow
+def test_default_threads_come_from_the_compute_nodes_not_the_submitting_host(tmp_path):
+    """Nodes of one CPU, on a host of more: a cell that names no threads gets one."""
+    assert os.cpu_count() > 1
+    with start_cluster(tmp_path / "cluster", cpus_per_node=1) as small:
+        out = tmp_path / "out"
+        scaling_ok(small, "sweep", write_sweep(tmp_path / "sweep.yaml", single_baseline=True),
+                   "--out", out, "--backend", "slurm", "--wait")
+    records = read_records(out)
+    assert sorted(r["launcher"] for r in records) == ["single", "torchrun"]
+    assert {(r["threads_per_device"], r["threads_default"]) for r in records} == {(1, True)}
+
+
+@pytest.mark.slow
+def test_a_shared_cell_is_marked_and_flagged_for_another_job_on_its_node(cluster, tmp_path):
+    """A foreign job that keeps one core of node n1 busy; the cell, submitted --shared, takes
+    the other core of n1."""
+    busy = cluster.run("sbatch", "--parsable", "--nodelist=n1", "--cpus-per-task=1",
+                       f"--output={tmp_path / 'busy.out'}",
+                       f"--wrap=exec {sys.executable} -c 'while True: pass'")
+    assert busy.returncode == 0, busy.stderr
+    job = busy.stdout.strip()
+    try:
+        wait_until(lambda: cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+                   == "RUNNING", "the foreign job running")
+        out = tmp_path / "out"
+        scaling_ok(cluster, "sweep", write_sweep(tmp_path / "sweep.yaml", threads_per_device=1),
+                   "--out", out, "--backend", "slurm", "--shared", "--sbatch-arg=--nodelist=n1",
+                   "--wait")
+    finally:
+        cluster.run("scancel", job)
+    [record] = read_records(out)
+    assert record["status"] == "ok"
+    assert not record["slurm"]["exclusive"] and record["slurm"]["other_jobs"] == [job]
+    assert record["noisy"] and f"other Slurm jobs ran on its nodes: {job}" in record["noise"]
 
 
 def test_slurm_backend_without_slurm_is_a_one_line_error(tmp_path):

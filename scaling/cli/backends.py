@@ -19,7 +19,7 @@ from scaling.maxbatch.search import MAXBATCH_FILE, find_max_batches, read_maxbat
 from scaling.maxbatch.sweep import search_max_batches
 from scaling.placement import Placement
 from scaling.registry import Registry
-from scaling.sweep import SweepConfig, expand, interpreters
+from scaling.sweep import SlurmSection, SweepConfig, expand, interpreters
 
 
 class Backend:
@@ -27,6 +27,11 @@ class Backend:
 
     name: str
     help: str
+
+    def cores(self, slurm: Dict, section: Optional[SlurmSection] = None) -> Optional[int]:
+        """The cores of the machine that cells run on, which a CPU device's default threads
+        divide; None for this machine's."""
+        return None
 
     def run(self, cell: Cell, out_dir, pythons: Dict[str, str], watch: WatchSettings,
             placement: Optional[Placement], slurm: Dict, wait: bool) -> Optional[Dict]:
@@ -90,6 +95,13 @@ class Slurm(Backend):
     help = ("slurm: submit job arrays, one task per cell, and return (see --wait, scaling "
             "status)")
 
+    def cores(self, slurm, section=None) -> Optional[int]:
+        """The compute nodes' CPUs (the smallest node's), not the submitting host's."""
+        from scaling.slurm import backend, controller
+
+        backend.require_slurm()
+        return controller.node_cpus(backend.with_overrides(section, **slurm).partition)
+
     def run(self, cell, out_dir, pythons, watch, placement, slurm, wait) -> Optional[Dict]:
         from scaling.slurm import backend
 
@@ -106,7 +118,7 @@ class Slurm(Backend):
         if spec.needs_max_batch():
             raise ScalingError("batch_sizes: max searches on this machine: run that sweep with "
                                "--backend local, or give numeric batch sizes")
-        cells = expand(spec)
+        cells = expand(spec, cores=self.cores(slurm, spec.slurm))
         backend.submit(cells, out_dir, backend.with_overrides(spec.slurm, **slurm), spec.name,
                        interpreters(spec), watch, console)
         if wait:

@@ -121,17 +121,21 @@ def slurm_options(command):
                      help="Passed to sbatch as it is; repeatable."),
         click.option("--parallel", type=int,
                      help="At most this many array tasks of a job at once (%N)."),
+        click.option("--shared", is_flag=True,
+                     help="Let other jobs share a cell's nodes (by default each cell asks for "
+                          "whole nodes: sbatch --exclusive); its record says so."),
     ], command)
 
 
 SLURM_FLAGS = ("partition", "account", "qos", "time_limit", "gpus_per_node", "cpus_per_task",
-               "constraint", "extra_args", "parallel")
+               "constraint", "extra_args", "parallel", "shared")
 
 
 def pop_slurm_flags(fields: dict) -> dict:
     """The Slurm flags out of a command's arguments, named as the sweep's ``slurm:`` keys."""
     flags = {name: fields.pop(name) for name in SLURM_FLAGS}
     flags["time"] = flags.pop("time_limit")
+    flags["shared"] = flags["shared"] or None  # absent: the sweep file's slurm: decides
     return flags
 
 

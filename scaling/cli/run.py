@@ -93,7 +93,8 @@ def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous,
     submitted."""
     slurm = pop_slurm_flags(fields)
     cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
-                     options=parse_options(option_pairs), **fields)
+                     options=parse_options(option_pairs),
+                     cores=BACKENDS.get(backend).cores(slurm), **fields)
     placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell), cell.nodes,
                                 node_rank, rendezvous, hosts.split(",") if hosts else None) \
         if backend == "local" else None

@@ -123,6 +123,27 @@ def task_indices(text: str) -> List[int]:
     return indices
 
 
+def node_cpus(partition: Optional[str] = None) -> int:
+    """The CPUs of the smallest compute node (of ``partition``, else of every partition): what
+    a cell's node has, whichever node Slurm picks."""
+    argv = ["sinfo", "-h", "-N", "-o", "%c", *([f"--partition={partition}"] if partition else [])]
+    counts = call(argv).split()
+    if not counts:
+        raise InfrastructureError("Slurm lists no nodes" +
+                                  (f" in partition {partition!r}" if partition else ""))
+    if not all(count.isdigit() for count in counts):
+        raise InfrastructureError(f"sinfo answered {' '.join(counts)!r} where the CPUs of "
+                                  "each node were due")
+    return min(map(int, counts))
+
+
+def running_jobs(nodelist: str) -> List[str]:
+    """The jobs running on the nodes of ``nodelist``, as squeue names them (``JOB`` or
+    ``ARRAYJOB_TASK``)."""
+    return call(["squeue", "-h", f"--nodelist={nodelist}", "--states=RUNNING",
+                 "-o", "%i"]).split()
+
+
 def sacct_task(where: str) -> Optional[Dict]:
     """What accounting knows of array task ``where`` (``JOB_INDEX``): ``JobState`` and
     ``ExitCode``; None when it does not know it or the cluster keeps no accounting."""

@@ -65,7 +65,7 @@ def sbatch_argv(script: Path, *, job_name: str, tasks: int, nodes: int, cpus_per
     argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--array={array}",
             f"--nodes={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus_per_task}",
             f"--time={section.time}", f"--output={log_dir / '%A_%a.out'}",
-            "--open-mode=append", "--requeue"]
+            "--open-mode=append", "--requeue", *([] if section.shared else ["--exclusive"])]
     if gpus_per_node:
         argv.append(f"--gpus-per-node={gpus_per_node}")
     for option in ("partition", "account", "qos", "constraint"):
@@ -106,7 +106,7 @@ def submit_cells(cells: Sequence[Cell], out_dir, section: SlurmSection, label: s
     submitted = []
     for (nodes, gpus, cpus), members in groups.items():
         group = {"cells": [cell.to_dict() for cell in members], "pythons": pythons or {},
-                 "watch": asdict(watch)}
+                 "watch": asdict(watch), "exclusive": not section.shared}
         submitted.append(submit_array(
             out_dir, label, group, {"cells": [cell.cell_id for cell in members]}, section,
             tasks=len(members), nodes=nodes, gpus_per_node=gpus, cpus_per_task=cpus))

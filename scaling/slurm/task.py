@@ -6,7 +6,9 @@ the nodes' addresses (``NodeAddr``) in node order, this node's rank (``SLURM_NOD
 rendezvous on the first node, on a port fixed by the job and task ids, so every node computes
 the same one and no random choice is involved. Node 0 makes the record, adds the job's
 provenance (each node's facts, written to ``cells/CELL/nodeN.json``) and appends it once: a
-requeued task whose cell is already recorded does nothing.
+requeued task whose cell is already recorded does nothing. Node 0 also looks for other jobs on
+the task's nodes before and after the cell (none, unless it was submitted ``--shared``): any
+marks the record noisy, beside what the CPU watch saw.
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ def node_facts(env=os.environ) -> Dict:
             "gpus": [gpu.get("name") for gpu in hardware.query_gpus()]}
 
 
+def other_jobs(env=os.environ) -> List[str]:
+    """The jobs other than this array task running on its nodes."""
+    own = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+           if "SLURM_ARRAY_JOB_ID" in env else env["SLURM_JOB_ID"])
+    return [job for job in controller.running_jobs(env["SLURM_JOB_NODELIST"]) if job != own]
+
+
+def flag_other_jobs(record: Dict, others: List[str]) -> None:
+    """Mark ``record`` noisy when other Slurm jobs ran on its nodes."""
+    if others:
+        record["noisy"] = True
+        record["noise"] = "; ".join(filter(None, [
+            record.get("noise"), f"other Slurm jobs ran on its nodes: {', '.join(others)}"]))
+
+
 def run_command(argv: List[str], env=os.environ) -> int:
     """A submitted ``scaling`` command, on the allocation's first node only."""
     if env.get("SLURM_NODEID", "0") != "0":
@@ -77,6 +94,7 @@ def run_task(out_dir: str, group_file: str, index: int, env=os.environ) -> Dict:
     if recorded is not None:
         return recorded
     placement = slurm_placement(cell, env)
+    before = other_jobs(env) if placement.node_rank == 0 else []
     cell_dir = Path(out_dir) / "cells" / cell.cell_id
     if placement.node_rank > 0:
         cell_dir.mkdir(parents=True, exist_ok=True)
@@ -86,12 +104,15 @@ def run_task(out_dir: str, group_file: str, index: int, env=os.environ) -> Dict:
     if placement.node_rank > 0:
         return record
     write_json_atomically(cell_dir / "node0.json", node_facts(env))
+    others = sorted(set(before) | set(other_jobs(env)))
+    flag_other_jobs(record, others)
     record["slurm"] = {
         "job_id": env.get("SLURM_ARRAY_JOB_ID", env.get("SLURM_JOB_ID")),
         "array_task_id": index, "node_list": env.get("SLURM_JOB_NODELIST"),
         "nodes": [json.loads(path.read_text())
                   for path in sorted(cell_dir.glob("node*.json"))],
         "restart_count": int(env.get("SLURM_RESTART_COUNT", "0")),
+        "exclusive": group.get("exclusive", False), "other_jobs": others,
     }
     write_json_atomically(cell_dir / "record.json", record)
     store.append_once(record)
