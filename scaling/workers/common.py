@@ -65,6 +65,16 @@ def process_ranks(environ: Optional[Mapping[str, str]] = None) -> Tuple[int, int
     return 0, 0, 1
 
 
+def stop_horovod_timeline() -> None:
+    """Under ``HOROVOD_TIMELINE``, stop the timeline of whichever Horovod this process loaded.
+    Horovod's shutdown (``hvd.shutdown()`` or at exit) drops the events its writer thread has
+    not written yet, many on a busy machine; ``stop_timeline`` waits until it has."""
+    if os.environ.get("HOROVOD_TIMELINE"):
+        for name in ("horovod.torch", "horovod.tensorflow", "horovod.mxnet"):
+            if name in sys.modules:
+                sys.modules[name].stop_timeline()
+
+
 def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent dies, so no rank outlives its launcher."""
     if sys.platform.startswith("linux"):

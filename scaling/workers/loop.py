@@ -149,4 +149,5 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
         report.update(timed_window(session, cell, common.FaultInjector(rank)))
         if cell.get("profile"):
             report.update(profiled_steps(session, cell_dir, rank))
+        common.stop_horovod_timeline()
         report.update(session.finish())
