@@ -3,8 +3,10 @@ with no data-parallel wrapper, and curves measured against it where it ran."""
 
 from __future__ import annotations
 
+import csv
+
 import pytest
-from conftest import read_records, recorded_cell, scaling_cli_ok
+from conftest import read_records, recorded_cell, scaling_cli_ok, write_sweep
 
 from scaling.cell import make_cell
 from scaling.errors import ScalingError
@@ -84,3 +86,30 @@ def test_a_cpu_device_is_the_same_unit_at_every_point_of_a_curve():
     assert {c.threads_per_device for c in cells} == {4}
     assert all(c.threads_default for c in cells)
     assert {c.threads_per_device for c in expand(spec)} == {max(1, cpu_cores() // 2)}
+
+
+@pytest.mark.slow
+def test_a_cpu_sweep_measures_each_curve_against_single_with_one_device_unit(tmp_path):
+    """devices [1, 2] naming no threads: every cell gets the cores over 2, the CSV names the
+    baseline and what going parallel costs, and both reports show that cost per launcher."""
+    out = tmp_path / "out"
+    result = scaling_cli_ok("sweep", write_sweep(tmp_path / "sweep.yaml", devices=[1, 2],
+                                                 single_baseline=True), "--out", out, "--html")
+    records = read_records(out)
+    assert sorted((r["launcher"], r["devices"]) for r in records) == [
+        ("single", 1), ("torchrun", 1), ("torchrun", 2)]
+    assert {(r["threads_per_device"], r["threads_default"]) for r in records} == {
+        (max(1, cpu_cores() // 2), True)}
+    with open(out / "results.csv") as table:
+        rows = {(row["launcher"], row["devices"]): row for row in csv.DictReader(table)}
+    single = rows["single", "1"]
+    for key in (("torchrun", "1"), ("torchrun", "2")):
+        assert rows[key]["baseline_launcher"] == "single"
+        assert float(rows[key]["baseline_images_per_sec"]) == float(single["images_per_sec"])
+    overhead = 1 - float(rows["torchrun", "1"]["images_per_sec"]) / float(
+        single["images_per_sec"])
+    assert float(rows["torchrun", "1"]["parallel_overhead"]) == pytest.approx(overhead)
+    assert "What going parallel costs at one device" in result.stdout
+    assert f"{overhead:+.1%}" in result.stdout
+    html = (out / "report.html").read_text()
+    assert '<table class="overheads">' in html and f"{overhead:+.1%}" in html

@@ -101,24 +101,36 @@ def baselines(rows: List[Dict], curve_key: Callable[[Dict], Tuple]) -> Dict[Tupl
     return found
 
 
-def overhead_table(rows: List[Dict], label: Callable[[Dict], str]) -> Optional[Table]:
-    """What going parallel costs at one device, per launcher: each curve's one-device images/sec
-    against its ``single`` baseline; None when no curve has one. ``label`` names a row's
-    curve."""
+OVERHEAD_TITLE = "What going parallel costs at one device: each launcher against single"
+OVERHEAD_HEADERS = ("workload", "curve", "single images/sec", "parallel overhead (95% interval)")
+
+
+def overhead_lines(rows: List[Dict], label: Callable[[Dict], str]) -> List[Tuple[str, ...]]:
+    """One line per curve with a ``single`` baseline, in ``OVERHEAD_HEADERS`` order: its
+    one-device images/sec against the baseline. ``label`` names a row's curve."""
     lines = {}
     for row in rows:
         if row.get("parallel_overhead") is not None and row["total_devices"] == 1 \
                 and row["status"] == "ok":
-            lines.setdefault(label(row), row)
-    if not lines:
-        return None
-    table = Table(title="What going parallel costs at one device: each launcher against "
-                        "single")
-    for header in ("curve", "single images/sec", "parallel overhead (95% interval)"):
-        table.add_column(header, justify="left" if header == "curve" else "right")
-    for name, row in sorted(lines.items()):
+            workload = f"{row['workload']} at {row['image_size']}px on {row['device_type']}"
+            lines.setdefault((workload, label(row)), row)
+    formatted = []
+    for (workload, name), row in sorted(lines.items()):
         low, high = row.get("parallel_overhead_low"), row.get("parallel_overhead_high")
         spread = f" [{low:+.1%}, {high:+.1%}]" if low is not None else ""
-        table.add_row(name, f"{row['baseline_images_per_sec']:,.1f}",
-                      f"{row['parallel_overhead']:+.1%}{spread}")
+        formatted.append((workload, name, f"{row['baseline_images_per_sec']:,.1f}",
+                          f"{row['parallel_overhead']:+.1%}{spread}"))
+    return formatted
+
+
+def overhead_table(rows: List[Dict], label: Callable[[Dict], str]) -> Optional[Table]:
+    """:func:`overhead_lines` as a terminal table; None when no curve has a baseline."""
+    lines = overhead_lines(rows, label)
+    if not lines:
+        return None
+    table = Table(title=OVERHEAD_TITLE)
+    for header in OVERHEAD_HEADERS:
+        table.add_column(header, justify="left" if header in ("workload", "curve") else "right")
+    for line in lines:
+        table.add_row(*line)
     return table

@@ -19,6 +19,7 @@ from markupsafe import Markup
 from scaling import __version__
 from scaling.execute.matmul import crossover, matmul_records
 from scaling.maxbatch.search import MAXBATCH_FILE, read_maxbatch_csv
+from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
 from scaling.report.figures import (cost_figure, frameworks_figure, matmul_figures, scaling_figure,
                                     svg, workloads_figure)
 from scaling.report.provenance import provenance
@@ -97,6 +98,8 @@ def _workload_section(key, rows: List[Dict]) -> Dict:
         "anchor": f"{workload}-{size}-{device_type}",
         "grids": grids(rows),
         "details": measured_details(rows),
+        "overheads": [line[1:] for line in overhead_lines(
+            rows, lambda row: curve_label(series_key(row)))],
         "cost_figure": _inline(cost_figure(rows, f"{workload}: time and cost of a million "
                                                  "images, relative to the reference")),
         "costs": sorted((row for row in rows if row.get("price_per_hour") is not None),
@@ -137,6 +140,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         harness_version=__version__,
         sections=sections,
+        overhead_title=OVERHEAD_TITLE, overhead_headers=OVERHEAD_HEADERS[1:],
         workloads=_inline(workloads_figure(rows)) if len(sections) > 1 else None,
         matmul=matmul_section(records),
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
