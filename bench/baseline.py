@@ -23,21 +23,24 @@ from scaling.uncertainty import ratio_interval, repeats_interval
 SHAPE = {"workload": "resnet50", "image_size": 64, "batch_size": 8, "steps": 20, "warmup": 5}
 
 
-def one_run(framework: str, launcher: str, threads: int, repeat: int, scratch: Path) -> float:
+def one_run(framework: str, launcher: str, python: str, threads: int, repeat: int,
+            scratch: Path) -> float:
     return harness_record(
         scratch / f"{framework}-{launcher}", framework=framework, launcher=launcher, devices=1,
-        threads_per_device=threads, repeat=repeat, python=default_python(framework, launcher),
-        **SHAPE)["images_per_sec"]
+        threads_per_device=threads, repeat=repeat, python=python, **SHAPE)["images_per_sec"]
 
 
 def pair(framework: str, launcher: str, runs: int, threads: int, scratch: Path) -> dict:
+    """Both sides on the launcher's interpreter (Horovod's TensorFlow is its own), so they
+    differ only in the launcher."""
+    python = default_python(framework, launcher)
     figures = alternating(runs, ("single", launcher), lambda side, repeat: one_run(
-        framework, side, threads, repeat, scratch), label=framework)
+        framework, side, python, threads, repeat, scratch), label=framework)
     single, wrapped = (statistics.median(figures[side]) for side in ("single", launcher))
     single_ci, wrapped_ci = (repeats_interval(figures[side]) for side in ("single", launcher))
     ratio = wrapped / single
     bounds = ratio_interval(ratio, wrapped_ci, wrapped, single_ci, single)
-    return {"framework": framework, "launcher": launcher,
+    return {"framework": framework, "launcher": launcher, "python": python,
             "single_images_per_sec": figures["single"],
             "launcher_images_per_sec": figures[launcher],
             "single_median": single, "launcher_median": wrapped,
