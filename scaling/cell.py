@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from scaling import hardware
 from scaling.errors import ScalingError, positive_int
@@ -52,7 +52,8 @@ class Cell:
     """Per-worker memory cap in bytes for CPU devices (None: no cap)."""
     repeat: int = 0
     purpose: str = "sweep"
-    """``sweep`` for sweep and run cells, ``maxbatch`` for max-batch trials."""
+    """``sweep`` for sweep and run cells, ``maxbatch`` for max-batch trials, ``allreduce`` for
+    the collective benchmark (``scaling.execute.allreduce``), which trains nothing."""
     options: Dict[str, Any] = field(default_factory=dict)
     """Framework-specific options (recorded and part of the identity)."""
     timeout_s: float = 600.0
@@ -70,6 +71,8 @@ class Cell:
     threads_default: bool = False
     """Whether ``threads_per_device`` is the default rather than given: the cores over the
     largest device count per node of the run or sweep, the same at every point of a curve."""
+    sizes: Tuple[int, ...] = field(default=(), metadata={"identity": SINCE_DEFAULT})
+    """For purpose ``allreduce``: the message sizes in bytes that the cell times."""
 
     @property
     def environment(self) -> str:
@@ -105,8 +108,12 @@ class Cell:
 
 def describe(fields: Dict) -> str:
     """A cell or record in a few words: ``torch/torchrun cifar10 x2 batch 16``."""
+    devices = fields["devices"] * fields["nodes"]
+    if fields.get("purpose") == "allreduce":
+        return (f"{fields['framework']}/{fields['launcher']} allreduce x{devices}, "
+                f"{len(fields['sizes'])} sizes")
     return (f"{fields['framework']}/{fields['launcher']} {fields['workload']} "
-            f"x{fields['devices'] * fields['nodes']} batch {fields['batch_size']}")
+            f"x{devices} batch {fields['batch_size']}")
 
 
 def resolve_device_type(device_type: str) -> str:
@@ -144,6 +151,7 @@ def make_cell(
     allow_oversubscribe: bool = False,
     cores: Optional[int] = None,
     largest_devices: Optional[int] = None,
+    sizes: Sequence[int] = (),
 ) -> Cell:
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
     build a cell. ``launcher=None`` picks the framework's default launcher.
@@ -181,6 +189,7 @@ def make_cell(
         options=dict(options or {}), timeout_s=float(timeout_s), mode=mode,
         min_time_s=float(min_time_s), profile=bool(profile), variant=variant,
         data_parallel=launcher_spec.data_parallel, threads_default=threads_default,
+        sizes=tuple(sizes),
     )
 
 

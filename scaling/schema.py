@@ -65,6 +65,15 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "gradient_sums": "with a backward pass, one per replica: the sum of every element of its "
                      "gradients after the last step (aggregated in forward_backward, so equal "
                      "on every replica)",
+    "flops_per_image": "FLOPs of one image in the cell's mode, counted by the framework "
+                       "(multiply-add = 2), before the warm-up",
+    "gradient_bytes": "bytes of the gradients the process aggregates per step and replica "
+                      "(null in forward mode)",
+    "precision": "fp32, bf16 or fp16: the precision of the cell's compute",
+    "matmul_ceiling_tflops": "TFLOP/s of the best of a few square matrix products on one "
+                             "device at the cell's threads, before the warm-up",
+    "allreduce": "purpose allreduce: per size, {bytes, iterations_per_chunk, chunk_seconds}",
+    "allreduce_devices": "purpose allreduce: the devices the sum runs over, in the whole cell",
 }
 """Fields of ``cells/CELL/rank{N}.json``; frameworks may add their own details."""
 
@@ -85,7 +94,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "steps": "timed steps asked for",
     "warmup": "untimed steps first",
     "repeat": "repeat index",
-    "purpose": "sweep, or maxbatch for max-batch trials",
+    "purpose": "sweep, maxbatch for max-batch trials, or allreduce for the collective "
+               "benchmark (scaling allreduce)",
+    "sizes": "purpose allreduce: the message sizes timed, bytes; empty otherwise",
     "threads_per_device": "CPU threads per device",
     "threads_default": "whether threads_per_device is the default: the cores of a node over "
                        "the largest device count of the run or sweep",
@@ -126,6 +137,23 @@ RECORD_FIELDS: Dict[str, str] = {
                  "and on GPUs gpu_util_mean, gpu_memory_max_bytes, power_mean_w, energy_j, "
                  "temperature_max_c, sm_clock_mean_mhz (what the device gives); the series is "
                  "cells/CELL/telemetry.jsonl",
+    "flops_per_image": "FLOPs of one image in the cell's mode (multiply-add = 2; forward, or "
+                       "forward and backward), by the framework's own counter (torch's "
+                       "FlopCounterMode, TensorFlow's graph cost analysis; for MXNet, torch's "
+                       "count of the same architecture)",
+    "gradient_bytes": "what one step's gradient aggregation communicates per replica: the "
+                      "trainable parameters' gradients, bytes (null in forward mode)",
+    "precision": "fp32, bf16 or fp16",
+    "achieved_tflops": "flops_per_image x images_per_sec / 10^12",
+    "achieved_tflops_per_device": "achieved_tflops / total_devices",
+    "matmul_ceiling_tflops": "the measured matrix-product ceiling of one device at the cell's "
+                             "threads and precision (the slowest rank's)",
+    "peak_tflops": "the peak of one device that mfu divides by: a GPU's dense peak for the "
+                   "precision (fp32 on TF32 tensor cores where the GPU has them), or on CPU "
+                   "the measured matmul ceiling",
+    "peak_source": "where peak_tflops comes from",
+    "mfu": "achieved_tflops_per_device / peak_tflops",
+    "matmul_ceiling_fraction": "achieved_tflops_per_device / matmul_ceiling_tflops",
     "versions": "framework and library versions",
     "device_name": "the device, as the framework names it",
     "layout": "NCHW or NHWC",
@@ -178,12 +206,24 @@ SCALING_FIELDS: Dict[str, str] = {
 }
 """Columns that ``scaling report`` adds to each sweep record."""
 
+ALLREDUCE_FIELDS: Dict[str, str] = {
+    "allreduce_devices": "the devices the allreduce sums over (n)",
+    "allreduce": "one entry per size: bytes, time_s (the median time of one call over the "
+                 "timed chunks, each chunk's mean taken on its slowest rank), time_s_ci95 "
+                 "([low, high], order statistics of the median, at least 95%), iterations, "
+                 "algbw_GBps (bytes / time_s / 10^9) and busbw_GBps (algbw x 2(n-1)/n, as "
+                 "nccl-tests); allreduce.jsonl has one line per size with the cell's fields",
+}
+"""Fields that a record of purpose ``allreduce`` has in place of the training metrics."""
+
 CSV_COLUMNS = [
     "cell", "framework", "launcher", "workload", "mode", "device_type", "devices", "nodes",
     "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
     "images_per_sec", *SCALING_FIELDS, "step_time_median_s", "step_time_p95_s",
-    "peak_memory_bytes", "params", "noisy", "noise", "noise_cores", "telemetry", "step_breakdown",
-    "error",
+    "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
+    "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",
+    "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source",
+    "noisy", "noise", "noise_cores", "telemetry", "step_breakdown", "error",
     "steps", "warmup", "threads_per_device", "threads_default", "memory_limit", "options", "device_name",
     "versions", "host", "hosts", "harness_version", "started_at",
 ]

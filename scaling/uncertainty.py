@@ -52,3 +52,17 @@ def ratio_interval(ratio: float, numerator: Optional[List[float]], numerator_val
     relative = math.hypot((numerator[1] - numerator[0]) / 2 / numerator_value,
                           (denominator[1] - denominator[0]) / 2 / denominator_value)
     return ratio * (1 - relative), ratio * (1 + relative)
+
+
+def median_interval(samples: List[float]) -> Optional[Tuple[float, float]]:
+    """A distribution-free interval of the median with at least 95% coverage: the order
+    statistics ``k`` and ``n + 1 - k`` for the largest ``k`` with P(Binomial(n, 1/2) < k) at
+    most 2.5%. None for fewer than 6 samples, which cannot give 95%."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    k = 0
+    while stats.binom.cdf(k, n, 0.5) <= (1 - CONFIDENCE) / 2:
+        k += 1
+    if k == 0:
+        return None
+    return ordered[k - 1], ordered[n - k]

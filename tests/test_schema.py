@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scaling.schema import RECORD_FIELDS, SCALING_FIELDS, STATUSES
+from scaling.schema import ALLREDUCE_FIELDS, RECORD_FIELDS, SCALING_FIELDS, STATUSES
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 
 def test_the_readme_lists_every_record_field_and_status():
-    for name in [*RECORD_FIELDS, *SCALING_FIELDS, *STATUSES]:
+    for name in [*RECORD_FIELDS, *SCALING_FIELDS, *STATUSES, *ALLREDUCE_FIELDS]:
         assert f"`{name}`" in README, name

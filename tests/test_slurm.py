@@ -302,6 +302,20 @@ def test_a_controller_outage_records_nothing_and_waiting_rides_it_out(own_cluste
         check_measured(record, record["batch_size"], min_time=True)
 
 
+@pytest.mark.slow
+def test_allreduce_across_two_nodes(cluster, tmp_path):
+    out = tmp_path / "out"
+    scaling_ok(cluster, "allreduce", "--backend", "slurm", "--nodes", 2, "--devices", 1,
+               "--device-type", "cpu", "--sizes", "4KiB,1MiB", "--out", out, cwd=tmp_path)
+    [record] = read_records(out)
+    assert record["status"] == "ok", record["error"]
+    assert record["hosts"] and {n["node"] for n in record["slurm"]["nodes"]} == {"n1", "n2"}
+    assert record["allreduce_devices"] == 2
+    assert [size["bytes"] for size in record["allreduce"]] == [4096, 2**20]
+    assert all(size["busbw_GBps"] == size["algbw_GBps"] > 0 for size in record["allreduce"])
+    assert len((out / "allreduce.jsonl").read_text().splitlines()) == 2
+
+
 def test_a_task_is_recorded_vanished_only_after_two_polls_a_grace_apart(own_cluster, tmp_path):
     """A held cell whose controller restarts with its state wiped: the first poll, even with
     no grace, and a second within the grace only see it missing; a later one records it."""

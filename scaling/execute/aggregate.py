@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional
 
-from scaling.uncertainty import throughput_interval
+from scaling.uncertainty import median_interval, throughput_interval
 
 
 def _earliest(reports: List[Dict], status: str) -> Optional[Dict]:
@@ -79,6 +79,8 @@ def _outcome(reports: List[Dict], world_size: int, returncode: Optional[int], ti
 
 def _metrics(reports: List[Dict]) -> Dict:
     """What the ranks of a cell that ended ``ok`` measured, together."""
+    if "allreduce" in reports[0]:
+        return _allreduce_metrics(reports)
     slowest = max(reports, key=lambda r: r["window_s"])
     window = slowest["window_s"]
     images = sum(r["images"] for r in reports)
@@ -98,3 +100,29 @@ def _metrics(reports: List[Dict]) -> Dict:
         "memory_capacity_bytes": min((r["memory_capacity_bytes"] for r in reports
                                       if r["memory_capacity_bytes"] is not None), default=None),
     }
+
+
+def bus_factor(devices: int) -> float:
+    """Bus bandwidth over algorithm bandwidth of a ring allreduce over ``devices``: 2(n-1)/n,
+    the share of the data each device sends and receives (nccl-tests' convention)."""
+    return 2 * (devices - 1) / devices
+
+
+def _allreduce_metrics(reports: List[Dict]) -> Dict:
+    """Per size, the time of one allreduce: each timed chunk's mean on its slowest rank, and
+    the median over the chunks with its interval; the bandwidths in nccl-tests' convention."""
+    devices = reports[0]["allreduce_devices"]
+    sizes = []
+    for index, first in enumerate(reports[0]["allreduce"]):
+        per_chunk = first["iterations_per_chunk"]
+        chunk_times = [max(r["allreduce"][index]["chunk_seconds"][chunk] for r in reports)
+                       / per_chunk for chunk in range(len(first["chunk_seconds"]))]
+        time_s = statistics.median(chunk_times)
+        interval = median_interval(chunk_times)
+        algbw = first["bytes"] / time_s / 1e9
+        sizes.append({"bytes": first["bytes"], "time_s": time_s,
+                      "time_s_ci95": list(interval) if interval else None,
+                      "iterations": per_chunk * len(chunk_times),
+                      "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(devices)})
+    return {"allreduce_devices": devices, "allreduce": sizes,
+            "timed_window_s": max(r["window_s"] for r in reports)}

@@ -26,8 +26,10 @@ from scaling.execute.processes import run_process_tree, worker_env
 from scaling.execute.store import ResultStore
 from scaling.frameworks import get_framework, missing_framework
 from scaling.launchers import default_python, get_launcher
+from scaling.peaks import COMPUTE_FIELDS, compute_facts
 from scaling.placement import Placement, local_placement
 from scaling.workers.common import write_json_atomically
+from workloads import get_workload
 
 REPORT_GRACE_S = 30.0
 """How long node 0 waits for the other nodes' rank reports after its own ranks ended."""
@@ -167,6 +169,7 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "step_time_median_s": None,
         "step_time_p95_s": None,
         "peak_memory_bytes": None,
+        **dict.fromkeys(COMPUTE_FIELDS),
         **outcome,
         "versions": first.get("versions"),
         "device_name": first.get("device_name"),
@@ -178,8 +181,23 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "log": str(cell_dir / "launcher.log"),
         "process_token": token,
     }
+    if record["status"] == "ok" and cell.purpose == "sweep":
+        record.update(compute_facts(record, reports, flops_per_image(cell, first)))
     write_json_atomically(cell_dir / "record.json", record)
     return record
+
+
+def flops_per_image(cell: Cell, report: Dict):
+    """What the rank counted, or for a framework without a counter, torch's count of the same
+    architecture (None without torch)."""
+    if not get_framework(cell.framework).flops_from_torch:
+        return report.get("flops_per_image")
+    try:
+        from scaling.workers.compute import torch_flops_per_image
+        return torch_flops_per_image("workloads.torch_models", get_workload(cell.workload),
+                                     cell.image_size, cell.mode)
+    except ImportError:
+        return None
 
 
 def run_and_record(cell: Cell, out_dir, **kwargs) -> Dict:

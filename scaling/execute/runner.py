@@ -36,6 +36,16 @@ def progress_bar(console: Console) -> Progress:
                     TimeElapsedColumn(), console=console)
 
 
+def outcome_line(record: Dict) -> str:
+    """What an ended cell measured, or its error, in a few words."""
+    if record["status"] != "ok":
+        return record["error"]
+    if record.get("purpose") == "allreduce":
+        largest = record["allreduce"][-1]
+        return f"{largest['busbw_GBps']:.3f} GB/s bus bandwidth at {largest['bytes']} bytes"
+    return f"{record['images_per_sec']:.1f} img/s"
+
+
 def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = None,
               console: Optional[Console] = None,
               placement: Optional[Placement] = None,
@@ -56,8 +66,7 @@ def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = No
             record = run_and_record(cell, out_dir, python=pythons.get(cell.environment),
                                     placement=placement, watch=watch, on_busy=waiting)
             records.append(record)
-            rate = (f"{record['images_per_sec']:.1f} img/s" if record["status"] == "ok"
-                    else record["error"])
+            rate = outcome_line(record)
             if record.get("noisy"):
                 rate += f" (noisy: {record['noise']})"
             progress.console.print(f"{describe(cell.to_dict())}: {record['status']} {rate}")

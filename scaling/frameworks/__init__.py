@@ -40,6 +40,9 @@ class Framework:
     """The project's virtualenv for this framework, relative to the project root."""
     min_memory_limit: int = 0
     """The smallest CPU memory cap under which a worker starts and trains a tiny model."""
+    flops_from_torch: bool = False
+    """Whether the harness counts FLOPs with torch's counter on the same architecture (for a
+    framework without a counter of its own); otherwise the worker counts them."""
 
     def default_python(self) -> str:
         """The interpreter that runs this framework's workers unless configured otherwise."""

@@ -33,6 +33,13 @@ class Launcher:
     venvs: Dict[str, str] = {}
     """Frameworks whose workers run under another of the project's virtualenvs when this
     launcher starts them: framework -> virtualenv, relative to the project root."""
+    bucket_bytes: Optional[int] = None
+    """The size up to which the mechanism packs gradients into one allreduce (DDP's buckets,
+    Horovod's fusion buffer), at its default; None where it sends each tensor on its own."""
+
+    def gradient_bucket_bytes(self) -> Optional[int]:
+        """:attr:`bucket_bytes`, or where the environment overrides it, the override."""
+        return self.bucket_bytes
 
     def starts(self, framework: str) -> bool:
         """Whether this launcher starts ``framework``'s workers."""

@@ -13,6 +13,7 @@ reads its data-parallel mechanism from the cell (``data_parallel: horovod``).
 
 from __future__ import annotations
 
+import os
 from typing import Dict, List, Optional
 
 from scaling.errors import ScalingError
@@ -43,6 +44,13 @@ class Horovod(Launcher):
     multi_node = True
     data_parallel = "horovod"
     venvs = {"tensorflow": ".venv-tf215"}
+    bucket_bytes = 128 * 2**20
+    """Horovod's tensor-fusion threshold in the 0.28 this project builds (HOROVOD_FUSION_THRESHOLD
+    overrides it)."""
+
+    def gradient_bucket_bytes(self) -> Optional[int]:
+        override = os.environ.get("HOROVOD_FUSION_THRESHOLD")
+        return int(override) if override and override.isdigit() else self.bucket_bytes
 
     def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
         timeline = f"{cell_dir}/horovod-timeline.json" if cell.options.get("timeline") else None

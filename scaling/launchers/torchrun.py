@@ -13,6 +13,8 @@ class Torchrun(Launcher):
     frameworks = ("torch",)
     data_parallel = "ddp"
     multi_node = True
+    bucket_bytes = 25 * 2**20
+    """DistributedDataParallel's ``bucket_cap_mb`` default."""
 
     def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
         python_argv = worker_argv(python, cell, cell_dir)

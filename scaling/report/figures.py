@@ -17,9 +17,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from scaling.report.tables import (cell_summary, curve_label, series_key,  # noqa: E402
                                    workload_groups)
+from scaling.units import format_bytes  # noqa: E402
 
 FRAMEWORK_COLOURS = {"torch": "#d62728", "tensorflow": "#ff7f0e", "mxnet": "#1f77b4"}
 """One colour per framework, the same in every figure."""
@@ -298,6 +300,59 @@ def cost_figure(rows: List[Dict], title: str):
     axis.set_ylabel("relative to the reference cell (x)")
     axis.set_title(title)
     axis.grid(True, axis="y", alpha=0.3)
+    _legend_beside(axis)
+    figure.tight_layout()
+    return figure
+
+
+def _grouped_marks(marks: Dict[str, int], within: float = 0.2) -> List[Tuple[int, List[str]]]:
+    """Marks in size order, those within ``within`` of the group's first size under one line."""
+    groups: List[Tuple[int, List[str]]] = []
+    for label, size in sorted(marks.items(), key=lambda item: item[1]):
+        if groups and size <= groups[-1][0] * (1 + within):
+            groups[-1][1].append(label)
+        else:
+            groups.append((size, [label]))
+    return groups
+
+
+def allreduce_figure(rows: List[Dict], marks: Dict[str, int]):
+    """Bus bandwidth against message size, one curve per measured collective, with the 95%
+    interval of each size's median time as error bars; dotted lines mark ``marks`` (gradient
+    and bucket sizes). None without an ok row."""
+    curves = defaultdict(list)
+    for row in rows:
+        if row.get("busbw_GBps") is not None:
+            curves[(row["framework"], row["launcher"], row["total_devices"], row["nodes"],
+                    row["device_type"])].append(row)
+    if not curves:
+        return None
+    figure, axis = plt.subplots(figsize=(9, 4.2))
+    for index, (key, points) in enumerate(sorted(curves.items())):
+        framework, launcher, devices, nodes, device_type = key
+        points.sort(key=lambda row: row["bytes"])
+        sizes = [row["bytes"] for row in points]
+        busbw = [row["busbw_GBps"] for row in points]
+        errors = [[value - value * row["time_s"] / row["time_s_ci95"][1] if row["time_s_ci95"]
+                   else 0 for value, row in zip(busbw, points)],
+                  [value * row["time_s"] / row["time_s_ci95"][0] - value if row["time_s_ci95"]
+                   else 0 for value, row in zip(busbw, points)]]
+        where = f"{devices} {device_unit(device_type)}" + (f", {nodes} nodes" if nodes > 1
+                                                            else "")
+        axis.errorbar(sizes, busbw, yerr=errors, capsize=3, label=f"{framework}/{launcher}, "
+                      f"{where}", color=framework_colour(framework),
+                      marker=_MARKERS[index % len(_MARKERS)])
+    for size, labels in _grouped_marks(marks):
+        axis.axvline(size, color="grey", linestyle=":", linewidth=1)
+        axis.annotate(", ".join(labels), (size, 1.0), xycoords=("data", "axes fraction"),
+                      rotation=90, fontsize="x-small", va="top", ha="right", color="grey")
+    axis.set_xscale("log", base=2)
+    axis.xaxis.set_major_formatter(FuncFormatter(
+        lambda value, _: format_bytes(int(value)).replace(".00", "")))
+    axis.set_xlabel("message size (float32)")
+    axis.set_ylabel("bus bandwidth (GB/s)")
+    axis.set_title("Allreduce bus bandwidth, algbw x 2(n-1)/n")
+    axis.grid(True, which="major", alpha=0.3)
     _legend_beside(axis)
     figure.tight_layout()
     return figure

@@ -17,11 +17,12 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from scaling import __version__
+from scaling.execute.allreduce import allreduce_rows, marks
 from scaling.execute.matmul import crossover, matmul_records
 from scaling.maxbatch.search import MAXBATCH_FILE, read_maxbatch_csv
 from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
-from scaling.report.figures import (cost_figure, frameworks_figure, matmul_figures, scaling_figure,
-                                    svg, workloads_figure)
+from scaling.report.figures import (allreduce_figure, cost_figure, frameworks_figure, matmul_figures,
+                                    scaling_figure, svg, workloads_figure)
 from scaling.report.provenance import provenance
 from scaling.report.tables import (cell_summary, curve_label, family_key, family_label, figure_text,
                                    scaling_text, series_key, workload_groups)
@@ -126,6 +127,16 @@ def matmul_section(records: List[Dict]) -> Dict:
                            for framework in sorted({r["framework"] for r in measured})}}
 
 
+def allreduce_section(records: List[Dict]):
+    """The bandwidth-versus-size figure of the store's allreduce measurements, marked with the
+    gradient sizes and the buckets of their launchers; None without one."""
+    rows = allreduce_rows(records)
+    found = {}
+    for launcher in sorted({row["launcher"] for row in rows}):
+        found.update(marks(launcher))
+    return _inline(allreduce_figure(rows, found)) if rows else None
+
+
 def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
     out_dir = Path(out_dir)
     sections = [_workload_section(key, group) for key, group in workload_groups(rows).items()]
@@ -143,6 +154,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
         overhead_title=OVERHEAD_TITLE, overhead_headers=OVERHEAD_HEADERS[1:],
         workloads=_inline(workloads_figure(rows)) if len(sections) > 1 else None,
         matmul=matmul_section(records),
+        allreduce=allreduce_section(records),
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
         statuses={status: STATUSES.get(status, "") for status in statuses if status != "ok"},
         suspects=_notes(sections, "suspect"),

@@ -31,10 +31,11 @@ import signal
 import socket
 import sys
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 from scaling.workers import common
 from scaling.workers.breakdown import PROFILE_STEPS, breakdown_of_trace
+from scaling.workers.collective import time_sizes
 
 
 def chunk_length(steps: int) -> int:
@@ -129,12 +130,15 @@ def watch_for_signals(cell_dir: str, rank: int) -> None:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True) -> None:
-    """``python -m WORKER CELL_DIR``: build the framework's session and run the timed loop.
+def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True,
+               collective: Optional[Callable[[Dict, Dict, int], object]] = None) -> None:
+    """``python -m WORKER CELL_DIR``: build the framework's session and run the timed loop, or
+    for a cell of purpose ``allreduce``, build its collective and time it at the cell's sizes
+    (``scaling.workers.collective``).
 
-    ``build(cell, report, rank)`` returns the session; it may add details to ``report``.
-    ``cap_heap``: apply the cell's CPU memory cap as RLIMIT_DATA (frameworks that cap their own
-    allocator pass False).
+    ``build(cell, report, rank)`` returns the session, and ``collective(cell, report, rank)``
+    the collective; either may add details to ``report``. ``cap_heap``: apply the cell's CPU
+    memory cap as RLIMIT_DATA (frameworks that cap their own allocator pass False).
     """
     cell_dir = sys.argv[1]
     rank = common.process_ranks()[0]
@@ -145,6 +149,11 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
         common.apply_memory_limit(cell["memory_limit"])
     with common.reporting(cell_dir, rank) as report:
         report["host"] = socket.gethostname()
+        if cell["purpose"] == "allreduce":
+            measured = collective(cell, report, rank)
+            report.update(time_sizes(measured, cell["sizes"]))
+            report.update(measured.finish())
+            return
         session = build(cell, report, rank)
         report.update(timed_window(session, cell, common.FaultInjector(rank)))
         if cell.get("profile"):

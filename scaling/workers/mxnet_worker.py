@@ -15,7 +15,10 @@ batch is seeded by its cell-wide replica index.
 
 from __future__ import annotations
 
+import numpy
+
 from scaling.workers import common
+from scaling.workers.compute import compute_report
 from scaling.workers.loop import run_worker
 
 
@@ -47,6 +50,13 @@ class KvstoreParallel:
         """The sum of ``value`` over the cell's processes: this one holds every context."""
         return value
 
+    def summer(self, mx, arrays):
+        """A function that sums ``arrays`` (one per context) in place over the cell: a
+        ``pushpull`` through a kvstore of the cell's kind, under a key of their own."""
+        store = mx.kv.create(self.kvstore)
+        store.init(0, arrays[0])
+        return lambda: store.pushpull(0, arrays, out=arrays)
+
 
 class NoParallel(KvstoreParallel):
     """One process on one context with no kvstore: the ``single`` baseline."""
@@ -77,6 +87,11 @@ class HorovodParallel:
     def total(self, mx, value: float) -> float:
         """The sum of ``value`` over the Horovod ranks."""
         return float(self.hvd.allreduce(mx.nd.array([value]), op=self.hvd.Sum).asscalar())
+
+    def summer(self, mx, arrays):
+        """A function that sums this rank's one array in place over the Horovod ranks."""
+        [array] = arrays
+        return lambda: self.hvd.allreduce_(array, op=self.hvd.Sum)
 
 
 PARALLEL = {"none": NoParallel, "kvstore": KvstoreParallel, "horovod": HorovodParallel}
@@ -117,6 +132,7 @@ class MxnetSession:
         self.images_per_step = cell["batch_size"] * len(self.contexts)
         self._build_model(gluon, cell, workload)
         self._make_batch(cell["batch_size"], cell["image_size"], workload)
+        self.cell = cell
         report.update(
             versions={"mxnet": mx.__version__, "cuda": mx.runtime.Features().is_enabled("CUDA"),
                       **self.parallel.versions},
@@ -196,22 +212,79 @@ class MxnetSession:
                                          for p in trained) for context in self.contexts]
         return sums
 
+    def compute_facts(self, cell: dict) -> dict:
+        """Gradient bytes and precision; MXNet has no FLOP counter of its own (the harness
+        counts the same architecture in torch) and no matrix kernel for the ceiling."""
+        trained = [p.data(self.contexts[0]) for p in self.net.collect_params().values()
+                   if p.grad_req != "null"]
+        precision = ("fp16" if self.gpu else "bf16") if self.amp else "fp32"
+        return compute_report(cell, precision, None,
+                              sum(data.size * numpy.dtype(data.dtype).itemsize
+                                  for data in trained))
+
     def finish(self) -> dict:
         params = sum(p.data(self.contexts[0]).size for p in self.net.collect_params().values()
                      if p.grad_req != "null")
+        facts = {"params": params, **self.compute_facts(self.cell), **self.fingerprints()}
         if not self.gpu:
-            return {"params": params, "peak_memory_bytes": common.peak_rss_bytes(),
-                    **common.cpu_memory_headroom(), **self.fingerprints()}
+            return {"peak_memory_bytes": common.peak_rss_bytes(),
+                    **common.cpu_memory_headroom(), **facts}
         # The pooled GPU allocator keeps what it has allocated, so use at the end is the peak.
         info = [self.mx.context.gpu_memory_info(context.device_id) for context in self.contexts]
         used = max(total - free for free, total in info)
-        return {"params": params, "peak_memory_bytes": used, "capped_memory_peak_bytes": used,
-                "memory_capacity_bytes": min(total for _, total in info), **self.fingerprints()}
+        return {"peak_memory_bytes": used, "capped_memory_peak_bytes": used,
+                "memory_capacity_bytes": min(total for _, total in info), **facts}
+
+
+class MxnetCollective:
+    """The allreduce of the cell's mechanism (``scaling.workers.collective``): a kvstore's
+    ``pushpull`` over this process's contexts, or Horovod's allreduce; one array per context."""
+
+    def __init__(self, cell: dict, report: dict):
+        import mxnet as mx
+
+        self.mx = mx
+        self.parallel = PARALLEL[cell["data_parallel"]](cell)
+        first = self.parallel.first_gpu
+        gpu = cell["device_type"] == "gpu"
+        self.contexts = [mx.gpu(first + index) if gpu else mx.cpu(index)
+                         for index in range(cell["local_devices"])]
+        self.devices = int(self.parallel.total(mx, float(len(self.contexts))))
+        self.arrays, self._sum = [], None
+        report.update(versions={"mxnet": mx.__version__, **self.parallel.versions},
+                      device_name=str(self.contexts[0]), kvstore=self.parallel.kvstore)
+
+    def prepare(self, count: int) -> None:
+        self.arrays = [self.mx.nd.ones((count,), ctx=context) for context in self.contexts]
+        self._sum = self.parallel.summer(self.mx, self.arrays)
+
+    def allreduce(self) -> None:
+        self._sum()
+
+    def first_value(self) -> float:
+        return float(self.arrays[0][0].asscalar())
+
+    def zero(self) -> None:
+        for array in self.arrays:
+            array[:] = 0
+
+    def synchronize(self) -> None:
+        self.mx.nd.waitall()
+
+    def barrier(self) -> None:
+        self.parallel.total(self.mx, 1.0)
+
+    def finish(self) -> dict:
+        return {}
 
 
 def build(cell: dict, report: dict, rank: int) -> MxnetSession:
     return MxnetSession(cell, report)
 
 
+def collective(cell: dict, report: dict, rank: int) -> MxnetCollective:
+    return MxnetCollective(cell, report)
+
+
 if __name__ == "__main__":
-    run_worker(build)
+    run_worker(build, collective=collective)

@@ -73,6 +73,19 @@ class Plain:
 
         return total
 
+    def allreduce_function(self, strategy):
+        """A tf.function that sums per-replica values over every replica of the cell, through
+        the strategy's cross-device (or collective) ops, returning each replica's sum."""
+        tf = self.tf
+
+        def replica_sum(value):
+            # The identity places the value on the replica's device; MultiWorkerMirrored
+            # finds no destination for a value that no replica op produced.
+            return tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.identity(value))
+
+        return tf.function(lambda values: strategy.run(replica_sum, args=(values,)))
+
 
 class Mirrored(Plain):
     """MirroredStrategy over the devices of this one process."""
@@ -138,6 +151,9 @@ class Horovod(Plain):
     def sum_function(self, strategy):
         hvd = self.hvd
         return self.tf.function(lambda value: hvd.allreduce(value, op=hvd.Sum))
+
+    def allreduce_function(self, strategy):
+        return self.sum_function(strategy)
 
 
 STRATEGIES = {"none": Plain, "mirrored": Mirrored, "multiworker": MultiWorker,

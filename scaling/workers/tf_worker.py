@@ -18,6 +18,7 @@ import os
 from typing import Optional
 
 from scaling.workers import common, tf_profile
+from scaling.workers.compute import compute_report, tensorflow_flops_per_image
 from scaling.workers.loop import run_worker
 from scaling.workers.tf_strategies import STRATEGIES
 
@@ -126,6 +127,14 @@ class TensorFlowSession:
         workload = get_workload(cell["workload"])
         self._build_model(keras, strategy, workload)
         report.update(self._description(keras, strategy))
+        report.update(compute_report(
+            cell, "fp16" if cell["options"].get("mixed_precision") else "fp32",
+            lambda: tensorflow_flops_per_image(
+                tf, lambda: workload.builder(cell["models"])(cell["image_size"],
+                                                             workload.classes),
+                workload, cell["image_size"], self.mode),
+            sum(v.dtype.size * int(tf.size(v)) for v in self.model.trainable_variables),
+            devices_sharing=cell["local_devices"]))
         self.images_per_step = cell["batch_size"] * cell["local_devices"]
         self.strategy = strategy
         self._make_batch(workload)
@@ -260,10 +269,65 @@ class TensorFlowSession:
         return report
 
 
+class TensorFlowCollective:
+    """The allreduce of the cell's strategy (``scaling.workers.collective``): the replica
+    context's ``all_reduce`` under mirrored and multiworker (their cross-device ops), Horovod's
+    allreduce under horovod; one buffer per replica of this process."""
+
+    def __init__(self, cell: dict, report: dict):
+        import tensorflow as tf
+
+        self.tf = tf
+        self.parallel = STRATEGIES[cell["data_parallel"]](tf, cell)
+        devices = configure_devices(tf, cell, cell["local_devices"],
+                                    first_gpu=self.parallel.first_gpu)
+        self.strategy = self.parallel.make_strategy(devices)
+        self.devices = self.parallel.replicas(self.strategy)
+        self._sum = self.parallel.allreduce_function(self.strategy)
+        self._total = self.parallel.sum_function(self.strategy)
+        self.values = None
+        report.update(versions={"tensorflow": tf.__version__, **self.parallel.versions()},
+                      device_name=devices[0], local_devices=cell["local_devices"])
+
+    def _fill(self, count: int, value: float) -> None:
+        tf = self.tf
+        self.values = self.strategy.experimental_distribute_values_from_function(
+            lambda context: tf.fill([count], tf.constant(value, tf.float32)))
+
+    def prepare(self, count: int) -> None:
+        self._fill(count, 1.0)
+
+    def zero(self) -> None:
+        self._fill(int(self._local()[0].shape[0]), 0.0)
+
+    def _local(self):
+        return self.strategy.experimental_local_results(self.values)
+
+    def allreduce(self) -> None:
+        self.values = self._sum(self.values)
+
+    def first_value(self) -> float:
+        return float(self._local()[0][0].numpy())
+
+    def synchronize(self) -> None:
+        for value in self._local():
+            value[0].numpy()
+
+    def barrier(self) -> None:
+        self._total(self.tf.constant(1.0)).numpy()
+
+    def finish(self) -> dict:
+        return {}
+
+
 def build(cell: dict, report: dict, rank: int) -> TensorFlowSession:
     return TensorFlowSession(cell, report, rank)
 
 
+def collective(cell: dict, report: dict, rank: int) -> TensorFlowCollective:
+    return TensorFlowCollective(cell, report)
+
+
 if __name__ == "__main__":
     # The cap is TensorFlow's own allocator limit (cap_cpu_allocator), not an RLIMIT.
-    run_worker(build, cap_heap=False)
+    run_worker(build, cap_heap=False, collective=collective)

@@ -21,6 +21,7 @@ import contextlib
 import time
 
 from scaling.workers import common
+from scaling.workers.compute import compute_report, torch_flops_per_image
 from scaling.workers.loop import run_worker
 
 
@@ -89,6 +90,12 @@ class DdpParallel:
         self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
         return value
 
+    def sum_in_place(self, tensor) -> None:
+        self.dist.all_reduce(tensor)
+
+    def size(self) -> int:
+        return self.dist.get_world_size()
+
     def finish(self) -> None:
         self.dist.destroy_process_group()
 
@@ -130,6 +137,12 @@ class HorovodParallel:
     def max(self, value):
         return self.hvd.allreduce(value, op=self.hvd.Max)
 
+    def sum_in_place(self, tensor) -> None:
+        self.hvd.allreduce_(tensor, op=self.hvd.Sum)
+
+    def size(self) -> int:
+        return self.hvd.size()
+
     def finish(self) -> None:
         self.hvd.shutdown()
 
@@ -169,6 +182,12 @@ class TorchSession:
         report["versions"].update(self.parallel.versions)
         workload = get_workload(cell["workload"])
         report["params"] = self._build_model(cell, workload, local_rank)
+        report.update(compute_report(
+            cell, {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype],
+            lambda: torch_flops_per_image(cell["models"], workload, cell["image_size"],
+                                          self.mode),
+            sum(p.numel() * p.element_size() for p in self.model.parameters()
+                if p.requires_grad)))
         self._make_batch(cell, workload, common.process_ranks()[0])
         if options.get("compile"):
             report["compile_s"] = self._compile()
@@ -295,10 +314,58 @@ class TorchSession:
         return versions
 
 
+class TorchCollective:
+    """The allreduce of the cell's data-parallel mechanism (``scaling.workers.collective``):
+    torch.distributed's (gloo on CPU, NCCL on GPU) or Horovod's, on this rank's device."""
+
+    def __init__(self, cell: dict, report: dict, local_rank: int):
+        import torch
+
+        self.torch = torch
+        torch.set_num_threads(cell["threads_per_device"])
+        self.is_gpu = cell["device_type"] == "gpu"
+        self.device = torch.device("cuda", local_rank) if self.is_gpu else torch.device("cpu")
+        if self.is_gpu:
+            torch.cuda.set_device(local_rank)
+        self.parallel = PARALLEL[cell["data_parallel"]](self.is_gpu)
+        self.devices = self.parallel.size()
+        self.buffer = None
+        report.update(versions={"torch": torch.__version__, **self.parallel.versions},
+                      device_name=torch.cuda.get_device_name(self.device) if self.is_gpu
+                      else "cpu")
+
+    def prepare(self, count: int) -> None:
+        self.buffer = self.torch.ones(count, dtype=self.torch.float32, device=self.device)
+
+    def allreduce(self) -> None:
+        self.parallel.sum_in_place(self.buffer)
+
+    def first_value(self) -> float:
+        return self.buffer[0].item()
+
+    def zero(self) -> None:
+        self.buffer.zero_()
+
+    def synchronize(self) -> None:
+        if self.is_gpu:
+            self.torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        self.parallel.barrier()
+
+    def finish(self) -> dict:
+        self.parallel.finish()
+        return {}
+
+
 def build(cell: dict, report: dict, rank: int) -> TorchSession:
     _, local_rank, world_size = common.process_ranks()
     return TorchSession(cell, report, local_rank, world_size)
 
 
+def collective(cell: dict, report: dict, rank: int) -> TorchCollective:
+    return TorchCollective(cell, report, common.process_ranks()[1])
+
+
 if __name__ == "__main__":
-    run_worker(build)
+    run_worker(build, collective=collective)

@@ -1,0 +1,92 @@
+"""Compute facts a worker measures before its warm-up, outside the timed window: the FLOPs of one
+image in the cell's mode, counted by the framework's own counter, and the matrix-product
+ceiling of one device at the cell's threads.
+
+FLOPs count a multiply-add as two. ``forward`` counts the forward pass; ``forward_backward``
+and ``train`` count forward and backward (the counters see convolutions and matrix products,
+which is where the work is; an optimizer update is elementwise). Standard library at import;
+each function imports its framework.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, Optional
+
+from scaling.workers.matmul_worker import KERNELS
+
+CEILING_N = {"cpu": 1024, "gpu": 8192}
+"""Side of the matrices of the ceiling's product on each device type."""
+CEILING_REPEATS = 3
+
+
+def torch_flops_per_image(models: str, workload, image_size: int, mode: str) -> float:
+    """torch.utils.flop_counter's count for ``workload``, on the meta device: nothing is
+    computed, so the count costs no device time and no memory."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = 2  # BatchNorm in training mode needs more than one value per channel
+    with torch.device("meta"):
+        model = workload.builder(models)(image_size, workload.classes)
+        images = torch.empty(batch, workload.channels, image_size, image_size)
+    with FlopCounterMode(display=False) as counter:
+        if mode == "forward":
+            model.eval()(images)
+        else:
+            model(images).sum().backward()
+    return counter.get_total_flops() / batch
+
+
+def tensorflow_flops_per_image(tf, build_model, workload, image_size: int, mode: str) -> float:
+    """TensorFlow's graph cost analysis (its profiler's float operations) of one image, on a
+    fresh copy of the model made by ``build_model()``, traced and never run."""
+    from tensorflow.python.profiler import model_analyzer, option_builder
+
+    model = build_model()
+
+    def step(images):
+        if mode == "forward":
+            return model(images, training=False)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(images, training=True))
+        return tape.gradient(loss, model.trainable_variables)
+
+    spec = tf.TensorSpec([1, image_size, image_size, workload.channels], tf.float32)
+    graph = tf.function(step, autograph=False).get_concrete_function(spec).graph
+    options = option_builder.ProfileOptionBuilder(
+        option_builder.ProfileOptionBuilder.float_operation()).with_empty_output().build()
+    return float(model_analyzer.profile(graph, options=options).total_float_ops)
+
+
+def matmul_ceiling_tflops(framework: str, device_type: str, dtype: str) -> Optional[float]:
+    """The best of a few products of two square matrices on one device, in TFLOP/s, with the
+    threads the process already has; None where the framework has no matrix kernel."""
+    if framework not in KERNELS:
+        return None
+    make, product_sum, _, _, _ = KERNELS[framework](device_type, dtype)
+    n = CEILING_N[device_type]
+    matrix = make(n)
+    product_sum(matrix)
+    best = float("inf")
+    for _ in range(CEILING_REPEATS):
+        started = time.perf_counter()
+        product_sum(matrix)
+        best = min(best, time.perf_counter() - started)
+    return 2 * n**3 / best / 1e12
+
+
+def compute_report(cell: Dict, precision: str, flops_per_image, gradient_bytes: Optional[int],
+                   devices_sharing: int = 1) -> Dict:
+    """The rank report's compute facts: ``flops_per_image`` is a function, called once (None
+    where the framework has no counter of its own), and ``devices_sharing`` the devices whose
+    threads the product's pool holds (its ceiling is divided among them). Max-batch trials
+    leave them out: they would spend memory near the cap and time on every trial."""
+    if cell["purpose"] == "maxbatch":
+        return {}
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+    ceiling = matmul_ceiling_tflops(cell["framework"], cell["device_type"], dtype)
+    return {"flops_per_image": flops_per_image() if flops_per_image else None,
+            "gradient_bytes": None if cell["mode"] == "forward" else gradient_bytes,
+            "precision": precision,
+            "matmul_ceiling_tflops": ceiling / devices_sharing if ceiling else None}
