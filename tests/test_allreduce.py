@@ -41,7 +41,8 @@ def test_torchrun_on_two_cpu_devices_writes_one_line_per_size(out_dir):
                             "--sizes", "4KiB,256KiB,4MiB", "--out", out_dir)
     [record] = read_records(out_dir)
     assert record["purpose"] == "allreduce" and record["sizes"] == SIZES
-    assert set(record) == (set(RECORD_FIELDS) - {"slurm"}) | set(ALLREDUCE_FIELDS)
+    assert set(ALLREDUCE_FIELDS) <= set(record) <= set(RECORD_FIELDS) | set(ALLREDUCE_FIELDS)
+    assert record["images_per_sec"] is None and record["flops_per_image"] is None
     check_sizes(record, 2)
     lines = read_lines(out_dir / "allreduce.jsonl")
     assert [line["bytes"] for line in lines] == SIZES

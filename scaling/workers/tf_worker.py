@@ -133,7 +133,8 @@ class TensorFlowSession:
                 tf, lambda: workload.builder(cell["models"])(cell["image_size"],
                                                              workload.classes),
                 workload, cell["image_size"], self.mode),
-            sum(v.dtype.size * int(tf.size(v)) for v in self.model.trainable_variables),
+            sum(tf.as_dtype(v.dtype).size * int(tf.size(v))
+                for v in self.model.trainable_variables),
             devices_sharing=cell["local_devices"]))
         self.images_per_step = cell["batch_size"] * cell["local_devices"]
         self.strategy = strategy
