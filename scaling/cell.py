@@ -74,6 +74,10 @@ class Cell:
     sizes: Tuple[int, ...] = field(default=(), metadata={"identity": SINCE_DEFAULT})
     """For purpose ``allreduce``: the message sizes in bytes that the cell times."""
 
+    def __post_init__(self):
+        # A cell read back from JSON has its sizes as a list; the identity needs the tuple.
+        object.__setattr__(self, "sizes", tuple(self.sizes))
+
     @property
     def environment(self) -> str:
         """The key of the cell's interpreter: its variant, or its framework."""

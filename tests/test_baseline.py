@@ -109,7 +109,9 @@ def test_a_cpu_sweep_measures_each_curve_against_single_with_one_device_unit(tmp
     overhead = 1 - float(rows["torchrun", "1"]["images_per_sec"]) / float(
         single["images_per_sec"])
     assert float(rows["torchrun", "1"]["parallel_overhead"]) == pytest.approx(overhead)
-    assert "What going parallel costs at one device" in result.stdout
+    # The sweep prints each table once, with --html too.
+    assert result.stdout.count("What going parallel costs at one device") == 1
+    assert result.stdout.count("cifar10 at 16x16 on cpu: images/sec") == 1
     assert f"{overhead:+.1%}" in result.stdout
     html = (out / "report.html").read_text()
     assert '<table class="overheads">' in html and f"{overhead:+.1%}" in html

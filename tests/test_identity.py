@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from scaling.cell import SINCE_DEFAULT, Cell, make_cell
 
@@ -37,3 +38,11 @@ def test_min_time_keeps_older_ids_at_its_default():
 def test_the_mode_keeps_train_cells_ids_and_tells_other_modes_apart():
     assert make_cell(**KNOWN, mode="train").cell_id == "6f76d7ebda8dbfd3"
     assert make_cell(**KNOWN, mode="forward").cell_id != "6f76d7ebda8dbfd3"
+
+
+def test_a_cell_read_back_from_its_json_keeps_its_id():
+    # Slurm tasks and max-batch resumes rebuild cells from cell.json, where tuples are lists.
+    for cell in (make_cell(**KNOWN), make_cell(**KNOWN, purpose="allreduce", sizes=[4096])):
+        again = Cell(**json.loads(json.dumps(cell.to_dict())))
+        assert again.cell_id == cell.cell_id and again == cell
+    assert make_cell(**KNOWN, sizes=[4096]).cell_id != "6f76d7ebda8dbfd3"

@@ -119,3 +119,31 @@ def test_report_plot_draws_one_figure_per_workload(tmp_path):
     assert pngs == ["scaling-alexnet-224-gpu.png", "scaling-resnet50-224-gpu.png"]
     for name in pngs:
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plots_draw_each_points_interval_as_error_bars():
+    from matplotlib.container import ErrorbarContainer
+
+    from scaling.report.figures import scaling_figure
+
+    records = [record(1, 100.0), record(2, 180.0)]
+    records[0]["images_per_sec_ci95"] = [90.0, 110.0]
+    records[1]["images_per_sec_ci95"] = [170.0, 200.0]
+    figure = scaling_figure(with_scaling(records), "resnet50")
+    throughput = figure.axes[0]
+    [bars] = [c for c in throughput.containers if isinstance(c, ErrorbarContainer)]
+    segments = bars.lines[2][0].get_segments()
+    assert [(s[0][1], s[1][1]) for s in segments] == [(90.0, 110.0), (170.0, 200.0)]
+    speedup = figure.axes[1]
+    assert [c for c in speedup.containers if isinstance(c, ErrorbarContainer)]
+
+
+def test_the_details_table_leaves_out_columns_that_no_record_has():
+    from scaling.report.html import measured_details
+
+    cpu = record(1, 100.0)
+    cpu.update(device_type="cpu", telemetry={"cpu_util_mean": 93.0,
+                                             "rss_max_bytes_per_rank": [2**30]})
+    details = measured_details(with_scaling([cpu]))
+    assert details["headers"] == ["CPU use", "RSS per rank (max)"]
+    assert details["lines"][0][4:] == ["93%", "1.00 GiB"]

@@ -58,6 +58,16 @@ def _legend_beside(axis) -> None:
                 borderaxespad=0.0)
 
 
+def _finish(figure, axis, title: str, ylabel: str, grid: str = "both"):
+    """Title, y label, a light grid (on ``grid``), the legend beside the axes; the figure."""
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.grid(True, axis=grid, which="major", alpha=0.3)
+    _legend_beside(axis)
+    figure.tight_layout()
+    return figure
+
+
 def _curves(rows: List[Dict]) -> Dict[Tuple, Dict[int, Dict]]:
     """Series key -> {devices: the point's summary (median images/sec and speedup, with their
     95% intervals)}, ok cells only."""
@@ -163,12 +173,7 @@ def frameworks_figure(rows: List[Dict], title: str):
                  label=f"{name[0]} / {name[1]}")
     axis.set_xticks(range(len(counts)), [str(count) for count in counts])
     axis.set_xlabel(f"number of {device_unit(rows[0]['device_type'])}")
-    axis.set_ylabel("images/sec (best per-device batch)")
-    axis.grid(True, axis="y", alpha=0.3)
-    axis.set_title(title)
-    _legend_beside(axis)
-    figure.tight_layout()
-    return figure
+    return _finish(figure, axis, title, "images/sec (best per-device batch)", grid="y")
 
 
 def workloads_figure(rows: List[Dict]):
@@ -198,12 +203,8 @@ def workloads_figure(rows: List[Dict]):
                           fontsize="x-small")
             axis.plot([x - width / 2, x + width / 2], [devices, devices], **LINEAR_STYLE)
     axis.set_xticks(range(len(workloads)), workloads)
-    axis.set_ylabel("speedup at the largest device count (x)")
-    axis.set_title("Speedup per model; dashed: linear at that count (the number above a bar)")
-    axis.grid(True, axis="y", alpha=0.3)
-    _legend_beside(axis)
-    figure.tight_layout()
-    return figure
+    return _finish(figure, axis, "Speedup per model; dashed: linear at that count (the number "
+                   "above a bar)", "speedup at the largest device count (x)", grid="y")
 
 
 def svg(figure) -> str:
@@ -253,12 +254,8 @@ def matmul_figures(records: List[Dict]) -> List[Tuple[str, object]]:
     axis.set_xscale("log")
     axis.set_yscale("log")
     axis.set_xlabel("matrix side n (n x n times its transpose, then summed)")
-    axis.set_ylabel("seconds (median of repeats)")
-    axis.set_title("Matrix product time")
-    axis.grid(True, which="major", alpha=0.3)
-    _legend_beside(axis)
-    figure.tight_layout()
-    figures = [("matmul-time", figure)]
+    figures = [("matmul-time", _finish(figure, axis, "Matrix product time",
+                                       "seconds (median of repeats)"))]
     frameworks = sorted({f for f, d in curves if (f, "cpu") in curves and (f, "gpu") in curves})
     if frameworks:
         figure, axis = plt.subplots(figsize=(9, 4.2))
@@ -271,12 +268,8 @@ def matmul_figures(records: List[Dict]) -> List[Tuple[str, object]]:
         axis.set_xscale("log")
         axis.set_yscale("log")
         axis.set_xlabel("matrix side n")
-        axis.set_ylabel("CPU time / GPU time (x)")
-        axis.set_title("How many times faster the GPU is")
-        axis.grid(True, which="major", alpha=0.3)
-        _legend_beside(axis)
-        figure.tight_layout()
-        figures.append(("matmul-ratio", figure))
+        figures.append(("matmul-ratio", _finish(figure, axis, "How many times faster the GPU is",
+                                                "CPU time / GPU time (x)")))
     return figures
 
 
@@ -297,12 +290,7 @@ def cost_figure(rows: List[Dict], title: str):
     axis.set_xticks(list(positions), [f"{row['framework']}\n{row['total_devices']} "
                                       f"{row['device_type'].upper()}" for row in priced],
                     fontsize="small")
-    axis.set_ylabel("relative to the reference cell (x)")
-    axis.set_title(title)
-    axis.grid(True, axis="y", alpha=0.3)
-    _legend_beside(axis)
-    figure.tight_layout()
-    return figure
+    return _finish(figure, axis, title, "relative to the reference cell (x)", grid="y")
 
 
 def _grouped_marks(marks: Dict[str, int], within: float = 0.2) -> List[Tuple[int, List[str]]]:
@@ -350,9 +338,5 @@ def allreduce_figure(rows: List[Dict], marks: Dict[str, int]):
     axis.xaxis.set_major_formatter(FuncFormatter(
         lambda value, _: format_bytes(int(value)).replace(".00", "")))
     axis.set_xlabel("message size (float32)")
-    axis.set_ylabel("bus bandwidth (GB/s)")
-    axis.set_title("Allreduce bus bandwidth, algbw x 2(n-1)/n")
-    axis.grid(True, which="major", alpha=0.3)
-    _legend_beside(axis)
-    figure.tight_layout()
-    return figure
+    return _finish(figure, axis, "Allreduce bus bandwidth, algbw x 2(n-1)/n",
+                   "bus bandwidth (GB/s)")
