@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import json
 import os
 import re
@@ -205,14 +206,29 @@ def memory_at_failure() -> Dict[str, int]:
     return cpu_memory_headroom()
 
 
-def errno_reader() -> Callable[[], int]:
-    """A function that reads the calling thread's C ``errno`` (glibc's ``__errno_location``; a
-    library loaded with ctypes' ``use_errno`` would swap in its own copy); 0 elsewhere."""
+@functools.lru_cache(maxsize=None)
+def _errno_location():
+    """glibc's ``__errno_location`` (a library loaded with ctypes' ``use_errno`` would swap in
+    its own copy), or None elsewhere."""
     location = getattr(ctypes.CDLL(None), "__errno_location", None)
-    if location is None:
-        return lambda: 0
-    location.restype = ctypes.POINTER(ctypes.c_int)
-    return lambda: location()[0]
+    if location is not None:
+        location.restype = ctypes.POINTER(ctypes.c_int)
+    return location
+
+
+def errno_reader() -> Callable[[], int]:
+    """A function that reads the calling thread's C ``errno``; 0 elsewhere."""
+    location = _errno_location()
+    return (lambda: location()[0]) if location else (lambda: 0)
+
+
+def clear_errno() -> None:
+    """Set the calling thread's ``errno`` to 0. C calls set it on failure and never clear it,
+    so an allocation that failed and was handled long ago would otherwise still read as
+    ENOMEM when an unrelated error arrives: the worker clears it before every step."""
+    location = _errno_location()
+    if location:
+        location()[0] = 0
 
 
 def report_path(cell_dir: str, rank: int) -> str:
@@ -246,6 +262,7 @@ def reporting(cell_dir: str, rank: int):
 
     signal.signal(signal.SIGTERM, on_sigterm)
     read_errno = errno_reader()
+    clear_errno()
     try:
         yield report
     except (Exception, MemoryError) as error:

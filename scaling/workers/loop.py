@@ -60,6 +60,7 @@ def timed_window(session, cell: Dict, faults: common.FaultInjector) -> Dict:
     """
     for index in range(cell["warmup"]):
         faults.at_step(index)
+        common.clear_errno()
         session.step()
     session.synchronize()
     session.barrier()
@@ -75,6 +76,7 @@ def timed_window(session, cell: Dict, faults: common.FaultInjector) -> Dict:
         count = min(length, cell["steps"] - steps) if steps < cell["steps"] else length
         for _ in range(count):
             faults.at_step(cell["warmup"] + steps)
+            common.clear_errno()
             session.step()
             steps += 1
             if timer:
