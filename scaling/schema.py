@@ -72,6 +72,10 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "precision": "fp32, bf16 or fp16: the precision of the cell's compute",
     "matmul_ceiling_tflops": "TFLOP/s of the best of a few square matrix products on one "
                              "device at the cell's threads, before the warm-up",
+    "gradient_allreduce": "after the window of a data-parallel sweep cell over more than one "
+                          "device with a backward pass: the allreduce of gradient_bytes through "
+                          "the cell's own collective, {bytes, iterations_per_chunk, "
+                          "chunk_seconds, devices}",
     "allreduce": "purpose allreduce: per size, {bytes, iterations_per_chunk, chunk_seconds}",
     "allreduce_devices": "purpose allreduce: the devices the sum runs over, in the whole cell",
 }
@@ -154,6 +158,11 @@ RECORD_FIELDS: Dict[str, str] = {
     "peak_source": "where peak_tflops comes from",
     "mfu": "achieved_tflops_per_device / peak_tflops",
     "matmul_ceiling_fraction": "achieved_tflops_per_device / matmul_ceiling_tflops",
+    "allreduce_time_s": "the median time of one allreduce of gradient_bytes over the cell's "
+                        "devices, through its own collective, timed after the window (null "
+                        "without a data-parallel backward pass over more than one device)",
+    "allreduce_time_s_ci95": "[low, high]: its interval (order statistics of the median)",
+    "allreduce_busbw_GBps": "the bus bandwidth of that allreduce, algbw x 2(n-1)/n",
     "versions": "framework and library versions",
     "device_name": "the device, as the framework names it",
     "layout": "NCHW or NHWC",
@@ -203,6 +212,15 @@ SCALING_FIELDS: Dict[str, str] = {
     "cost_relative": "cost per million images over that of the workload's reference cell (its "
                      "fastest GPU cell, or its fastest cell without GPUs)",
     "time_relative": "time to a million images over the reference cell's",
+    "predicted_images_per_sec": "the scaling model's images/sec: the global batch over the "
+                                "single step plus the allreduce not hidden (scaling.report.model), "
+                                "the middle of its band",
+    "predicted_images_per_sec_low": "the band's low end: no overlap of the allreduce (or the "
+                                    "profiled exposure)",
+    "predicted_images_per_sec_high": "the band's high end: full overlap with the backward pass",
+    "prediction_ratio": "images_per_sec / predicted_images_per_sec",
+    "loss_term": "the largest part of the step beyond the single step's compute: exposed "
+                 "communication or the rest; empty at or above linear",
 }
 """Columns that ``scaling report`` adds to each sweep record."""
 
@@ -220,6 +238,7 @@ CSV_COLUMNS = [
     "cell", "framework", "launcher", "workload", "mode", "device_type", "devices", "nodes",
     "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
     "images_per_sec", *SCALING_FIELDS, "step_time_median_s", "step_time_p95_s",
+    "allreduce_time_s", "allreduce_busbw_GBps",
     "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
     "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",
     "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source",

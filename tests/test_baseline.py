@@ -106,6 +106,15 @@ def test_a_cpu_sweep_measures_each_curve_against_single_with_one_device_unit(tmp
     for key in (("torchrun", "1"), ("torchrun", "2")):
         assert rows[key]["baseline_launcher"] == "single"
         assert float(rows[key]["baseline_images_per_sec"]) == float(single["images_per_sec"])
+    # The scaling model: the two-device cell timed its own gradient allreduce after its
+    # window, and the CSV sets the prediction beside the measurement.
+    [two] = [r for r in records if r["devices"] == 2]
+    assert two["allreduce_time_s"] > 0 and two["allreduce_busbw_GBps"] > 0
+    assert two["gradient_bytes"] == 4 * two["params"]
+    predicted = float(rows["torchrun", "2"]["predicted_images_per_sec"])
+    assert float(rows["torchrun", "2"]["prediction_ratio"]) == pytest.approx(
+        float(rows["torchrun", "2"]["images_per_sec"]) / predicted)
+    assert "The scaling model" in result.stdout
     overhead = 1 - float(rows["torchrun", "1"]["images_per_sec"]) / float(
         single["images_per_sec"])
     assert float(rows["torchrun", "1"]["parallel_overhead"]) == pytest.approx(overhead)

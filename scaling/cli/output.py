@@ -17,6 +17,7 @@ from scaling.execute.store import ResultStore
 from scaling.maxbatch.search import write_maxbatch_csv
 from scaling.report.provenance import note_command
 from scaling.report.baseline import overhead_table
+from scaling.report.model import model_table
 from scaling.report.tables import (cost_tables, curve_label, report, scaling_tables, series_key,
                                    thread_tables)
 from scaling.units import format_bytes
@@ -63,15 +64,19 @@ def print_counts(cell_ids: List[str], out_dir) -> Counter:
     return counts
 
 
+def _curve_of(row: Dict) -> str:
+    return curve_label(series_key(row))
+
+
 def print_report(out_dir, prices: Optional[Dict[str, float]] = None) -> List[Dict]:
     """The scaling, threads and cost tables of OUT; writes OUT/results.csv."""
     records = ResultStore(out_dir).records()
     if not records:
         raise ScalingError(f"no results in {out_dir}")
     rows, path = report(out_dir, records, prices)
-    overhead = overhead_table(rows, lambda row: curve_label(series_key(row)))
-    for table in [*scaling_tables(rows), *([overhead] if overhead else []),
-                  *thread_tables(rows), *cost_tables(rows)]:
+    extra = [table for table in (overhead_table(rows, _curve_of), model_table(rows, _curve_of))
+             if table]
+    for table in [*scaling_tables(rows), *extra, *thread_tables(rows), *cost_tables(rows)]:
         console.print(table)
     console.print(f"wrote {path}")
     return rows

@@ -99,6 +99,7 @@ def _metrics(reports: List[Dict]) -> Dict:
         "capped_memory_peak_bytes": max(r["capped_memory_peak_bytes"] for r in reports),
         "memory_capacity_bytes": min((r["memory_capacity_bytes"] for r in reports
                                       if r["memory_capacity_bytes"] is not None), default=None),
+        **_gradient_allreduce(reports),
     }
 
 
@@ -108,21 +109,37 @@ def bus_factor(devices: int) -> float:
     return 2 * (devices - 1) / devices
 
 
+def size_figures(timed: List[Dict], devices: int) -> Dict:
+    """One size's allreduce, from each rank's timing of it (``time_size``): the time of one
+    call, each timed chunk's mean on its slowest rank, and the median over the chunks with its
+    interval; the bandwidths in nccl-tests' convention."""
+    first = timed[0]
+    per_chunk = first["iterations_per_chunk"]
+    chunk_times = [max(rank["chunk_seconds"][chunk] for rank in timed) / per_chunk
+                   for chunk in range(len(first["chunk_seconds"]))]
+    time_s = statistics.median(chunk_times)
+    interval = median_interval(chunk_times)
+    algbw = first["bytes"] / time_s / 1e9
+    return {"bytes": first["bytes"], "time_s": time_s,
+            "time_s_ci95": list(interval) if interval else None,
+            "iterations": per_chunk * len(chunk_times),
+            "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(devices)}
+
+
 def _allreduce_metrics(reports: List[Dict]) -> Dict:
-    """Per size, the time of one allreduce: each timed chunk's mean on its slowest rank, and
-    the median over the chunks with its interval; the bandwidths in nccl-tests' convention."""
     devices = reports[0]["allreduce_devices"]
-    sizes = []
-    for index, first in enumerate(reports[0]["allreduce"]):
-        per_chunk = first["iterations_per_chunk"]
-        chunk_times = [max(r["allreduce"][index]["chunk_seconds"][chunk] for r in reports)
-                       / per_chunk for chunk in range(len(first["chunk_seconds"]))]
-        time_s = statistics.median(chunk_times)
-        interval = median_interval(chunk_times)
-        algbw = first["bytes"] / time_s / 1e9
-        sizes.append({"bytes": first["bytes"], "time_s": time_s,
-                      "time_s_ci95": list(interval) if interval else None,
-                      "iterations": per_chunk * len(chunk_times),
-                      "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(devices)})
+    sizes = [size_figures([r["allreduce"][index] for r in reports], devices)
+             for index in range(len(reports[0]["allreduce"]))]
     return {"allreduce_devices": devices, "allreduce": sizes,
             "timed_window_s": max(r["window_s"] for r in reports)}
+
+
+def _gradient_allreduce(reports: List[Dict]) -> Dict:
+    """The allreduce of the gradient bytes, timed after the window, where the ranks did."""
+    timed = [r["gradient_allreduce"] for r in reports if r.get("gradient_allreduce")]
+    if len(timed) < len(reports):
+        return {}
+    figures = size_figures(timed, timed[0]["devices"])
+    return {"allreduce_time_s": figures["time_s"],
+            "allreduce_time_s_ci95": figures["time_s_ci95"],
+            "allreduce_busbw_GBps": figures["busbw_GBps"]}

@@ -170,6 +170,7 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "step_time_p95_s": None,
         "peak_memory_bytes": None,
         **dict.fromkeys(COMPUTE_FIELDS),
+        "allreduce_time_s": None, "allreduce_time_s_ci95": None, "allreduce_busbw_GBps": None,
         **outcome,
         "versions": first.get("versions"),
         "device_name": first.get("device_name"),

@@ -21,6 +21,7 @@ from scaling.execute.allreduce import allreduce_rows, marks
 from scaling.execute.matmul import crossover, matmul_records
 from scaling.maxbatch.search import MAXBATCH_FILE, read_maxbatch_csv
 from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
+from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines
 from scaling.report.figures import (allreduce_figure, cost_figure, frameworks_figure, matmul_figures,
                                     scaling_figure, svg, workloads_figure)
 from scaling.report.provenance import provenance
@@ -91,6 +92,10 @@ def _inline(figure) -> Markup:
     return Markup(svg(figure)) if figure is not None else None
 
 
+def _curve_of(row: Dict) -> str:
+    return curve_label(series_key(row))
+
+
 def _workload_section(key, rows: List[Dict]) -> Dict:
     workload, size, device_type = key
     pairs = {(row["framework"], row["launcher"]) for row in rows}
@@ -99,8 +104,8 @@ def _workload_section(key, rows: List[Dict]) -> Dict:
         "anchor": f"{workload}-{size}-{device_type}",
         "grids": grids(rows),
         "details": measured_details(rows),
-        "overheads": [line[1:] for line in overhead_lines(
-            rows, lambda row: curve_label(series_key(row)))],
+        "model": [line[1:] for line in model_lines(rows, _curve_of)],
+        "overheads": [line[1:] for line in overhead_lines(rows, _curve_of)],
         "cost_figure": _inline(cost_figure(rows, f"{workload}: time and cost of a million "
                                                  "images, relative to the reference")),
         "costs": sorted((row for row in rows if row.get("price_per_hour") is not None),
@@ -152,6 +157,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
         harness_version=__version__,
         sections=sections,
         overhead_title=OVERHEAD_TITLE, overhead_headers=OVERHEAD_HEADERS[1:],
+        model_title=MODEL_TITLE, model_headers=MODEL_HEADERS[1:],
         workloads=_inline(workloads_figure(rows)) if len(sections) > 1 else None,
         matmul=matmul_section(records),
         allreduce=allreduce_section(records),

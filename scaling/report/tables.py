@@ -23,6 +23,7 @@ from rich.table import Table
 
 from scaling.report.baseline import baselines, figure_interval
 from scaling.report.cost import sweep_prices, with_costs
+from scaling.report.model import with_predictions
 from scaling.schema import CSV_COLUMNS
 from scaling.uncertainty import ratio_interval
 
@@ -367,7 +368,8 @@ def thread_tables(rows: List[Dict]) -> List[Table]:
 
 def report(out_dir, records: List[Dict], prices: Optional[Dict[str, float]] = None
            ) -> Tuple[List[Dict], Path]:
-    rows = with_costs(with_scaling(records), {**sweep_prices(out_dir), **(prices or {})})
+    rows = with_costs(with_predictions(with_scaling(records)),
+                      {**sweep_prices(out_dir), **(prices or {})})
     path = Path(out_dir) / "results.csv"
     write_csv(rows, path)
     return rows, path

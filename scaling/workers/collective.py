@@ -67,3 +67,16 @@ def time_sizes(collective, sizes: List[int]) -> Dict:
     window = time.perf_counter() - start
     return {"start": start_wall, "end": start_wall + window, "window_s": window,
             "allreduce": timed, "allreduce_devices": collective.devices}
+
+
+def gradient_allreduce(session, cell: Dict) -> Dict:
+    """After the window of a data-parallel cell over more than one device with a backward pass:
+    the allreduce of one replica's gradient bytes through the session's own collective, timed
+    as :func:`time_size` times a size (the scaling model's communication term)."""
+    if cell["mode"] == "forward" or cell["data_parallel"] == "none" or \
+            cell["purpose"] != "sweep" or cell["devices"] * cell["nodes"] < 2 or \
+            not hasattr(session, "collective"):
+        return {}
+    collective = session.collective()
+    return {"gradient_allreduce": {**time_size(collective, session.gradient_bytes // 4 * 4),
+                                   "devices": collective.devices}}

@@ -13,6 +13,9 @@ A framework supplies a *session* built for one process of a cell:
 - ``profile(steps, path)``, optional: run ``steps`` steps under the framework's profiler, write
   its Chrome trace to ``path`` and return whether compute ran on a device (GPU), or None where
   this rank only stepped along unprofiled;
+- ``collective()`` and ``gradient_bytes``, optional: the allreduce of the mechanism that
+  aggregates the gradients (``scaling.workers.collective``), and one replica's gradient bytes,
+  for the allreduce timed after the window at that size;
 - ``finish()``: a dict of what the process reports after its window (memory, parameters),
   with fingerprints, one per replica that the process drives: ``data_sums``, the sum of the
   replica's input images (each replica's batch is seeded by its index in the cell), and, in
@@ -35,7 +38,7 @@ from typing import Callable, Dict, Optional
 
 from scaling.workers import common
 from scaling.workers.breakdown import PROFILE_STEPS, breakdown_of_trace
-from scaling.workers.collective import time_sizes
+from scaling.workers.collective import gradient_allreduce, time_sizes
 
 
 def chunk_length(steps: int) -> int:
@@ -160,5 +163,6 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
         report.update(timed_window(session, cell, common.FaultInjector(rank)))
         if cell.get("profile"):
             report.update(profiled_steps(session, cell_dir, rank))
+        report.update(gradient_allreduce(session, cell))
         common.stop_horovod_timeline()
         report.update(session.finish())

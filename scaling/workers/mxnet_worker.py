@@ -212,15 +212,22 @@ class MxnetSession:
                                          for p in trained) for context in self.contexts]
         return sums
 
+    @property
+    def gradient_bytes(self) -> int:
+        """The bytes of one context's gradients (the parameters exist after the first step)."""
+        trained = [p.data(self.contexts[0]) for p in self.net.collect_params().values()
+                   if p.grad_req != "null"]
+        return sum(data.size * numpy.dtype(data.dtype).itemsize for data in trained)
+
+    def collective(self) -> MxnetCollective:
+        """The allreduce of the mechanism that aggregates this session's gradients."""
+        return MxnetCollective(self.mx, self.parallel, self.contexts)
+
     def compute_facts(self, cell: dict) -> dict:
         """Gradient bytes and precision; MXNet has no FLOP counter of its own (the harness
         counts the same architecture in torch) and no matrix kernel for the ceiling."""
-        trained = [p.data(self.contexts[0]) for p in self.net.collect_params().values()
-                   if p.grad_req != "null"]
         precision = ("fp16" if self.gpu else "bf16") if self.amp else "fp32"
-        return compute_report(cell, precision, None,
-                              sum(data.size * numpy.dtype(data.dtype).itemsize
-                                  for data in trained))
+        return compute_report(cell, precision, None, self.gradient_bytes)
 
     def finish(self) -> dict:
         params = sum(p.data(self.contexts[0]).size for p in self.net.collect_params().values()
@@ -237,22 +244,13 @@ class MxnetSession:
 
 
 class MxnetCollective:
-    """The allreduce of the cell's mechanism (``scaling.workers.collective``): a kvstore's
-    ``pushpull`` over this process's contexts, or Horovod's allreduce; one array per context."""
+    """The allreduce of a mechanism (``scaling.workers.collective``): a kvstore's ``pushpull``
+    over this process's contexts, or Horovod's allreduce; one array per context."""
 
-    def __init__(self, cell: dict, report: dict):
-        import mxnet as mx
-
-        self.mx = mx
-        self.parallel = PARALLEL[cell["data_parallel"]](cell)
-        first = self.parallel.first_gpu
-        gpu = cell["device_type"] == "gpu"
-        self.contexts = [mx.gpu(first + index) if gpu else mx.cpu(index)
-                         for index in range(cell["local_devices"])]
-        self.devices = int(self.parallel.total(mx, float(len(self.contexts))))
+    def __init__(self, mx, parallel, contexts):
+        self.mx, self.parallel, self.contexts = mx, parallel, contexts
+        self.devices = int(parallel.total(mx, float(len(contexts))))
         self.arrays, self._sum = [], None
-        report.update(versions={"mxnet": mx.__version__, **self.parallel.versions},
-                      device_name=str(self.contexts[0]), kvstore=self.parallel.kvstore)
 
     def prepare(self, count: int) -> None:
         self.arrays = [self.mx.nd.ones((count,), ctx=context) for context in self.contexts]
@@ -283,7 +281,16 @@ def build(cell: dict, report: dict, rank: int) -> MxnetSession:
 
 
 def collective(cell: dict, report: dict, rank: int) -> MxnetCollective:
-    return MxnetCollective(cell, report)
+    """The collective alone, for a cell of purpose ``allreduce``."""
+    import mxnet as mx
+
+    parallel = PARALLEL[cell["data_parallel"]](cell)
+    gpu = cell["device_type"] == "gpu"
+    contexts = [mx.gpu(parallel.first_gpu + index) if gpu else mx.cpu(index)
+                for index in range(cell["local_devices"])]
+    report.update(versions={"mxnet": mx.__version__, **parallel.versions},
+                  device_name=str(contexts[0]), kvstore=parallel.kvstore)
+    return MxnetCollective(mx, parallel, contexts)
 
 
 if __name__ == "__main__":

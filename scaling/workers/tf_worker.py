@@ -127,15 +127,15 @@ class TensorFlowSession:
         workload = get_workload(cell["workload"])
         self._build_model(keras, strategy, workload)
         report.update(self._description(keras, strategy))
+        self.gradient_bytes = sum(tf.as_dtype(v.dtype).size * int(tf.size(v))
+                                  for v in self.model.trainable_variables)
         report.update(compute_report(
             cell, "fp16" if cell["options"].get("mixed_precision") else "fp32",
             lambda: tensorflow_flops_per_image(
                 tf, lambda: workload.builder(cell["models"])(cell["image_size"],
                                                              workload.classes),
                 workload, cell["image_size"], self.mode),
-            sum(tf.as_dtype(v.dtype).size * int(tf.size(v))
-                for v in self.model.trainable_variables),
-            devices_sharing=cell["local_devices"]))
+            self.gradient_bytes, devices_sharing=cell["local_devices"]))
         self.images_per_step = cell["batch_size"] * cell["local_devices"]
         self.strategy = strategy
         self._make_batch(workload)
@@ -242,6 +242,10 @@ class TensorFlowSession:
     def any_rank(self, flag: bool) -> bool:
         return bool(self._total(self.tf.constant(float(flag))).numpy() > 0)
 
+    def collective(self) -> TensorFlowCollective:
+        """The allreduce of the strategy that aggregates this session's gradients."""
+        return TensorFlowCollective(self.tf, self.parallel, self.strategy)
+
     def _run(self, steps: int) -> None:
         for _ in range(steps):
             self.step()
@@ -271,24 +275,16 @@ class TensorFlowSession:
 
 
 class TensorFlowCollective:
-    """The allreduce of the cell's strategy (``scaling.workers.collective``): the replica
-    context's ``all_reduce`` under mirrored and multiworker (their cross-device ops), Horovod's
-    allreduce under horovod; one buffer per replica of this process."""
+    """The allreduce of a strategy (``scaling.workers.collective``): the replica context's
+    ``all_reduce`` under mirrored and multiworker (their cross-device ops), Horovod's allreduce
+    under horovod; one buffer per replica of this process."""
 
-    def __init__(self, cell: dict, report: dict):
-        import tensorflow as tf
-
-        self.tf = tf
-        self.parallel = STRATEGIES[cell["data_parallel"]](tf, cell)
-        devices = configure_devices(tf, cell, cell["local_devices"],
-                                    first_gpu=self.parallel.first_gpu)
-        self.strategy = self.parallel.make_strategy(devices)
-        self.devices = self.parallel.replicas(self.strategy)
-        self._sum = self.parallel.allreduce_function(self.strategy)
-        self._total = self.parallel.sum_function(self.strategy)
+    def __init__(self, tf, parallel, strategy):
+        self.tf, self.strategy = tf, strategy
+        self.devices = parallel.replicas(strategy)
+        self._sum = parallel.allreduce_function(strategy)
+        self._total = parallel.sum_function(strategy)
         self.values = None
-        report.update(versions={"tensorflow": tf.__version__, **self.parallel.versions()},
-                      device_name=devices[0], local_devices=cell["local_devices"])
 
     def _fill(self, count: int, value: float) -> None:
         tf = self.tf
@@ -326,7 +322,14 @@ def build(cell: dict, report: dict, rank: int) -> TensorFlowSession:
 
 
 def collective(cell: dict, report: dict, rank: int) -> TensorFlowCollective:
-    return TensorFlowCollective(cell, report)
+    """The collective alone, for a cell of purpose ``allreduce``."""
+    import tensorflow as tf
+
+    parallel = STRATEGIES[cell["data_parallel"]](tf, cell)
+    devices = configure_devices(tf, cell, cell["local_devices"], first_gpu=parallel.first_gpu)
+    report.update(versions={"tensorflow": tf.__version__, **parallel.versions()},
+                  device_name=devices[0], local_devices=cell["local_devices"])
+    return TensorFlowCollective(tf, parallel, parallel.make_strategy(devices))
 
 
 if __name__ == "__main__":

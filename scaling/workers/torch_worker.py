@@ -182,12 +182,12 @@ class TorchSession:
         report["versions"].update(self.parallel.versions)
         workload = get_workload(cell["workload"])
         report["params"] = self._build_model(cell, workload, local_rank)
+        self.gradient_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters()
+                                  if p.requires_grad)
         report.update(compute_report(
             cell, {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype],
             lambda: torch_flops_per_image(cell["models"], workload, cell["image_size"],
-                                          self.mode),
-            sum(p.numel() * p.element_size() for p in self.model.parameters()
-                if p.requires_grad)))
+                                          self.mode), self.gradient_bytes))
         self._make_batch(cell, workload, common.process_ranks()[0])
         if options.get("compile"):
             report["compile_s"] = self._compile()
@@ -277,6 +277,10 @@ class TorchSession:
         profiler.export_chrome_trace(path)
         return self.is_gpu
 
+    def collective(self) -> TorchCollective:
+        """The allreduce of the mechanism that aggregates this session's gradients."""
+        return TorchCollective(self.torch, self.parallel, self.device)
+
     def step_timer(self):
         """CUDA events on GPU; on CPU a step has finished when it returns, so chunk means do."""
         return _CudaEventTimer(self.torch) if self.is_gpu else None
@@ -315,24 +319,13 @@ class TorchSession:
 
 
 class TorchCollective:
-    """The allreduce of the cell's data-parallel mechanism (``scaling.workers.collective``):
-    torch.distributed's (gloo on CPU, NCCL on GPU) or Horovod's, on this rank's device."""
+    """The allreduce of a data-parallel mechanism (``scaling.workers.collective``):
+    torch.distributed's (gloo on CPU, NCCL on GPU) or Horovod's, on one rank's device."""
 
-    def __init__(self, cell: dict, report: dict, local_rank: int):
-        import torch
-
-        self.torch = torch
-        torch.set_num_threads(cell["threads_per_device"])
-        self.is_gpu = cell["device_type"] == "gpu"
-        self.device = torch.device("cuda", local_rank) if self.is_gpu else torch.device("cpu")
-        if self.is_gpu:
-            torch.cuda.set_device(local_rank)
-        self.parallel = PARALLEL[cell["data_parallel"]](self.is_gpu)
-        self.devices = self.parallel.size()
+    def __init__(self, torch, parallel, device):
+        self.torch, self.parallel, self.device = torch, parallel, device
+        self.devices = parallel.size()
         self.buffer = None
-        report.update(versions={"torch": torch.__version__, **self.parallel.versions},
-                      device_name=torch.cuda.get_device_name(self.device) if self.is_gpu
-                      else "cpu")
 
     def prepare(self, count: int) -> None:
         self.buffer = self.torch.ones(count, dtype=self.torch.float32, device=self.device)
@@ -347,7 +340,7 @@ class TorchCollective:
         self.buffer.zero_()
 
     def synchronize(self) -> None:
-        if self.is_gpu:
+        if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
     def barrier(self) -> None:
@@ -364,7 +357,19 @@ def build(cell: dict, report: dict, rank: int) -> TorchSession:
 
 
 def collective(cell: dict, report: dict, rank: int) -> TorchCollective:
-    return TorchCollective(cell, report, common.process_ranks()[1])
+    """The collective alone, for a cell of purpose ``allreduce``."""
+    import torch
+
+    torch.set_num_threads(cell["threads_per_device"])
+    is_gpu = cell["device_type"] == "gpu"
+    local_rank = common.process_ranks()[1]
+    if is_gpu:
+        torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank) if is_gpu else torch.device("cpu")
+    parallel = PARALLEL[cell["data_parallel"]](is_gpu)
+    report.update(versions={"torch": torch.__version__, **parallel.versions},
+                  device_name=torch.cuda.get_device_name(device) if is_gpu else "cpu")
+    return TorchCollective(torch, parallel, device)
 
 
 if __name__ == "__main__":

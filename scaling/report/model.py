@@ -1,0 +1,140 @@
+"""The scaling model beside every curve: what a step at N devices should take, and where the
+rest of a measured step went.
+
+A step at N devices is the ``single`` step (the compute: per-device batch / the baseline's
+images/sec) plus the part of its gradients' allreduce that the launcher does not hide under the
+backward pass:
+
+- the allreduce time is measured in the cell itself, after its window, at its own gradient
+  bytes and device count, through the launcher's own collective (``allreduce_time_s``); for
+  device counts never measured, the ring formula gives it from a bus bandwidth,
+  2(n-1)/n x bytes / busbw;
+- the overlap comes from the cell's ``--profile`` breakdown where it has one (the exposed
+  communication is its communication share of the step); otherwise the prediction is a band
+  between no overlap (compute + allreduce) and full overlap of the backward pass (compute +
+  whatever of the allreduce outlasts the backward pass, two thirds of the compute).
+
+Predicted images/sec is the global batch over the predicted step. ``prediction_ratio`` is
+measured / predicted; ``loss_term`` names the largest part of the measured step beyond the
+compute: exposed communication, or the rest (the framework, the launcher, contention).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+BACKWARD_SHARE = 2 / 3
+"""The backward pass's share of a forward-and-backward step (twice the forward's FLOPs)."""
+
+
+def ring_allreduce_s(nbytes: float, devices: int, busbw_GBps: float) -> float:
+    """A ring allreduce of ``nbytes`` over ``devices`` at bus bandwidth ``busbw_GBps``."""
+    return 2 * (devices - 1) / devices * nbytes / (busbw_GBps * 1e9) if devices > 1 else 0.0
+
+
+def step_band(compute_s: float, allreduce_s: float,
+              exposed_s: Optional[float] = None) -> Tuple[float, float]:
+    """(shortest, longest) predicted step: the exposed communication where it was measured,
+    otherwise full overlap of the backward pass to no overlap."""
+    if exposed_s is not None:
+        return compute_s + exposed_s, compute_s + exposed_s
+    hidden = compute_s + max(0.0, allreduce_s - BACKWARD_SHARE * compute_s)
+    return hidden, compute_s + allreduce_s
+
+
+def prediction(row: Dict) -> Dict:
+    """The model's fields for one sweep row (after ``with_scaling``): null where the row lacks
+    a baseline, or its allreduce was not measured at more than one device."""
+    empty = dict.fromkeys(("predicted_images_per_sec", "predicted_images_per_sec_low",
+                           "predicted_images_per_sec_high", "prediction_ratio", "loss_term"))
+    baseline, devices = row.get("baseline_images_per_sec"), row["total_devices"]
+    if row["status"] != "ok" or not baseline:
+        return empty
+    compute_s = row["batch_size"] / baseline
+    if row.get("mode") == "forward" or devices == 1:
+        allreduce_s = 0.0
+    elif row.get("allreduce_time_s") is not None:
+        allreduce_s = row["allreduce_time_s"]
+    else:
+        return empty
+    step_s = row["batch_size"] * devices / row["images_per_sec"]
+    breakdown = row.get("step_breakdown") or {}
+    exposed = breakdown["communication"] * step_s if "communication" in breakdown else None
+    shortest, longest = step_band(compute_s, allreduce_s, exposed)
+    images = row["batch_size"] * devices
+    predicted = images / ((shortest + longest) / 2)
+    communication = exposed if exposed is not None else (shortest + longest) / 2 - compute_s
+    rest = step_s - compute_s - communication
+    return {"predicted_images_per_sec": predicted,
+            "predicted_images_per_sec_low": images / longest,
+            "predicted_images_per_sec_high": images / shortest,
+            "prediction_ratio": row["images_per_sec"] / predicted,
+            "loss_term": None if step_s <= compute_s else
+            "exposed communication" if communication >= rest else "the rest"}
+
+
+def with_predictions(rows: List[Dict]) -> List[Dict]:
+    """``rows`` with :func:`prediction`'s fields added."""
+    for row in rows:
+        row.update(prediction(row))
+    return rows
+
+
+def extrapolate(compute_s: float, batch_size: int, gradient_bytes: float,
+                counts: List[int], busbw_GBps: float,
+                devices_per_node: Optional[int] = None,
+                inter_node_busbw_GBps: Optional[float] = None) -> List[Dict]:
+    """Predicted images/sec (a band: full overlap of the backward pass to none) at each device
+    count, from the ring formula; beyond ``devices_per_node`` the ring crosses nodes and runs
+    at ``inter_node_busbw_GBps``."""
+    lines = []
+    for devices in counts:
+        crosses = devices_per_node is not None and devices > devices_per_node
+        busbw = inter_node_busbw_GBps if crosses and inter_node_busbw_GBps else busbw_GBps
+        allreduce_s = ring_allreduce_s(gradient_bytes, devices, busbw)
+        shortest, longest = step_band(compute_s, allreduce_s)
+        images = batch_size * devices
+        lines.append({"devices": devices, "busbw_GBps": busbw, "allreduce_s": allreduce_s,
+                      "images_per_sec_low": images / longest,
+                      "images_per_sec_high": images / shortest,
+                      "efficiency_low": compute_s / longest,
+                      "efficiency_high": compute_s / shortest})
+    return lines
+
+
+MODEL_TITLE = ("The scaling model: measured against predicted images/sec (the single step "
+               "plus the allreduce the launcher does not hide)")
+MODEL_HEADERS = ("workload", "curve", "devices", "measured", "predicted (band)",
+                 "measured / predicted", "largest loss")
+
+
+def model_lines(rows: List[Dict], label) -> List[Tuple[str, ...]]:
+    """One line per ok row with a prediction, in ``MODEL_HEADERS`` order; ``label`` names a
+    row's curve."""
+    lines = []
+    for row in rows:
+        if row.get("predicted_images_per_sec") is None:
+            continue
+        low, high = row["predicted_images_per_sec_low"], row["predicted_images_per_sec_high"]
+        band = f" ({low:,.1f}-{high:,.1f})" if high - low > 0.05 * low else ""
+        lines.append((f"{row['workload']} at {row['image_size']}px on {row['device_type']}",
+                      label(row), str(row["total_devices"]), f"{row['images_per_sec']:,.1f}",
+                      f"{row['predicted_images_per_sec']:,.1f}{band}",
+                      f"{row['prediction_ratio']:.2f}", row["loss_term"] or "-"))
+    return sorted(lines, key=lambda line: (line[0], line[1], int(line[2])))
+
+
+def model_table(rows: List[Dict], label):
+    """:func:`model_lines` as a terminal table; None without a prediction."""
+    from rich.table import Table
+
+    lines = model_lines(rows, label)
+    if not lines:
+        return None
+    table = Table(title=MODEL_TITLE)
+    for header in MODEL_HEADERS:
+        table.add_column(header, justify="left" if header in ("workload", "curve",
+                                                              "largest loss") else "right")
+    for line in lines:
+        table.add_row(*line)
+    return table
