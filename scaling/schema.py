@@ -138,9 +138,13 @@ RECORD_FIELDS: Dict[str, str] = {
     "noise_cores": "cores other processes used during the window, on average",
     "quiet_wait_s": "seconds waited for quiet before the cell (--wait-for-quiet), or null",
     "telemetry": "window summary: cpu_util_mean (percent of all cores), rss_max_bytes_per_rank, "
-                 "and on GPUs gpu_util_mean, gpu_memory_max_bytes, power_mean_w, energy_j, "
-                 "temperature_max_c, sm_clock_mean_mhz (what the device gives); the series is "
+                 "and on GPUs gpu_util_mean, gpu_memory_max_bytes, power_mean_w, energy_j "
+                 "(from the devices' cumulative energy counters where NVML gives them, else "
+                 "mean power x window, as energy_source says), temperature_max_c, "
+                 "sm_clock_mean_mhz (what the device gives); the series is "
                  "cells/CELL/telemetry.jsonl",
+    "images_per_joule": "timed images over the GPUs' energy in the window (node 0's energy x "
+                        "nodes); null without an energy reading",
     "flops_per_image": "FLOPs of one image in the cell's mode (multiply-add = 2; forward, or "
                        "forward and backward), by the framework's own counter (torch's "
                        "FlopCounterMode, TensorFlow's graph cost analysis; for MXNet, torch's "
@@ -238,7 +242,7 @@ CSV_COLUMNS = [
     "cell", "framework", "launcher", "workload", "mode", "device_type", "devices", "nodes",
     "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
     "images_per_sec", *SCALING_FIELDS, "step_time_median_s", "step_time_p95_s",
-    "allreduce_time_s", "allreduce_busbw_GBps",
+    "allreduce_time_s", "allreduce_busbw_GBps", "images_per_joule",
     "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
     "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",
     "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source",

@@ -20,6 +20,7 @@ from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok, wa
 from scaling.execute.monitor import (NOISE_CORES, QUIET_CHECK_S, SAMPLE_S, TELEMETRY_FILE,
                                      CellMonitor, Nvml, other_cores, summarize_watch,
                                      wait_for_quiet)
+from scaling.execute.run import images_per_joule
 from scaling.workers.breakdown import COMMUNICATION, step_breakdown
 from scaling.workers.common import process_ranks
 
@@ -238,6 +239,21 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, handle):
         return [self._Value(pid=4242)] if handle == 1 else []
 
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        raise self.NVMLError("Not Supported")  # as before Volta
+
+
+class FakeNvmlWithEnergy(FakeNvml):
+    """MOCK, as FakeNvml, whose devices also keep NVML's cumulative energy counter
+    (millijoules): a recorded series, replayed one reading per call, in which the devices drew
+    400 J and 100 J between the first and the last sample, whatever their power said."""
+
+    def __init__(self, series):
+        self.series = {handle: iter(readings) for handle, readings in series.items()}
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        return next(self.series[handle])
+
 
 def test_gpu_telemetry_and_foreign_gpu_processes_with_a_mocked_nvml(tmp_path):
     monitor = CellMonitor([], telemetry=True)
@@ -250,6 +266,7 @@ def test_gpu_telemetry_and_foreign_gpu_processes_with_a_mocked_nvml(tmp_path):
     assert telemetry["gpu_memory_max_bytes"] == 30 * 2**30
     assert telemetry["power_mean_w"] == 550
     assert telemetry["energy_j"] == pytest.approx(550 * (end - start))
+    assert telemetry["energy_source"] == "mean power x window"  # this mock has no counter
     assert telemetry["temperature_max_c"] == 65 and telemetry["sm_clock_mean_mhz"] == 1980
     assert watched["noisy"] is True
     assert "processes [4242] that are not the cell's ran on its GPUs" in watched["noise"]
@@ -266,3 +283,18 @@ def test_gpu_telemetry_and_foreign_gpu_processes_with_a_mocked_nvml(tmp_path):
 def test_the_monitor_and_the_workers_read_a_rank_from_whichever_launcher_started_it(
         environ, ranks):
     assert process_ranks(environ) == ranks
+
+
+def test_energy_comes_from_the_devices_counters_where_nvml_gives_them(tmp_path):
+    monitor = CellMonitor([], telemetry=True)
+    monitor.nvml = Nvml(FakeNvmlWithEnergy({0: [1_000_000, 1_400_000],
+                                            1: [5_000_000, 5_100_000]}), [0, 1])
+    monitor.samples = [monitor.sample([]), monitor.sample([])]
+    start, end = monitor.samples[0]["t"], monitor.samples[1]["t"]
+    telemetry = summarize_watch(monitor, (start, end), 0.0, None, tmp_path)["telemetry"]
+    assert telemetry["energy_source"] == "energy counter"
+    assert telemetry["energy_j"] == pytest.approx(500.0)
+    assert telemetry["power_mean_w"] == 550  # the power readings no longer decide the energy
+    outcome = {"timed_images": 1000, "telemetry": telemetry}
+    assert images_per_joule(outcome, nodes=1) == pytest.approx(2.0)
+    assert images_per_joule({"timed_images": 1000, "telemetry": None}, nodes=1) is None

@@ -107,6 +107,7 @@ class Nvml:
                     ("util_pct", lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu),
                     ("memory_used_bytes", lambda h: nvml.nvmlDeviceGetMemoryInfo(h).used),
                     ("power_w", lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                    ("energy_j", lambda h: nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0),
                     ("temperature_c", lambda h: nvml.nvmlDeviceGetTemperature(
                         h, nvml.NVML_TEMPERATURE_GPU)),
                     ("sm_clock_mhz", lambda h: nvml.nvmlDeviceGetClockInfo(
@@ -200,7 +201,8 @@ def _intervals(samples: List[Dict], start: float, end: float) -> List[Dict]:
                    for pid, proc in before["processes"].items() if pid in after["processes"])
         outside = (after["busy_s"] - before["busy_s"]) - (after["own_s"] - before["own_s"]) - cell
         intervals.append({"t": after["t"], "seconds": seconds, "cell_cores": cell / seconds,
-                          "other_cores": max(0.0, outside / seconds), "sample": after})
+                          "other_cores": max(0.0, outside / seconds), "sample": after,
+                          "before": before})
     return intervals
 
 
@@ -229,7 +231,8 @@ def summarize_watch(monitor: CellMonitor, window: Optional[Tuple[float, float]],
         with open(cell_dir / TELEMETRY_FILE, "w") as series:
             for interval in intervals:
                 series.write(json.dumps({key: value for key, value in interval.items()
-                                         if key != "sample"} | _series_point(interval)) + "\n")
+                                         if key not in ("sample", "before")}
+                                        | _series_point(interval)) + "\n")
     return result
 
 
@@ -267,11 +270,27 @@ def _telemetry(intervals: List[Dict], window: Tuple[float, float]) -> Dict:
         if values("power_w"):
             summary["power_mean_w"] = statistics.fmean(powers)
             summary["energy_j"] = summary["power_mean_w"] * (window[1] - window[0])
+            summary["energy_source"] = "mean power x window"
+        counted = _counted_energy(intervals, window)
+        if counted is not None:
+            summary["energy_j"], summary["energy_source"] = counted, "energy counter"
         if values("temperature_c"):
             summary["temperature_max_c"] = max(values("temperature_c"))
         if values("sm_clock_mhz"):
             summary["sm_clock_mean_mhz"] = statistics.fmean(values("sm_clock_mhz"))
     return summary
+
+
+def _counted_energy(intervals: List[Dict], window: Tuple[float, float]) -> Optional[float]:
+    """Joules over the window from the devices' cumulative energy counters (NVML, Volta and
+    later): the counters' rise from the sample before the first interval to the last sample,
+    scaled from that span to the window; None where a device gives no counter."""
+    first, last = intervals[0]["before"].get("gpus"), intervals[-1]["sample"].get("gpus")
+    if not first or not last or not all("energy_j" in d for d in [*first, *last]):
+        return None
+    span = intervals[-1]["sample"]["t"] - intervals[0]["before"]["t"]
+    rise = sum(after["energy_j"] - before["energy_j"] for before, after in zip(first, last))
+    return rise * (window[1] - window[0]) / span if span > 0 else None
 
 
 def window_on_this_host(reports: List[Dict], host: str) -> Optional[Tuple[float, float]]:

@@ -124,7 +124,15 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         outcome.update(summarize_watch(
             monitor, window_on_this_host(reports, socket.gethostname()), before_cores,
             waited_s, cell_dir))
+        outcome["images_per_joule"] = images_per_joule(outcome, cell.nodes)
     return make_record(cell, cell_dir, outcome, reports, started_at, wall_s, token)
+
+
+def images_per_joule(outcome: Dict, nodes: int) -> Optional[float]:
+    """The timed images over the energy of the cell's GPUs in the window (node 0's, times the
+    nodes); None without an energy reading."""
+    energy = (outcome.get("telemetry") or {}).get("energy_j")
+    return outcome["timed_images"] / (energy * nodes) if energy else None
 
 
 def worker_spec(cell: Cell) -> Dict:
@@ -171,6 +179,7 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "peak_memory_bytes": None,
         **dict.fromkeys(COMPUTE_FIELDS),
         "allreduce_time_s": None, "allreduce_time_s_ci95": None, "allreduce_busbw_GBps": None,
+        "images_per_joule": None,
         **outcome,
         "versions": first.get("versions"),
         "device_name": first.get("device_name"),

@@ -109,11 +109,13 @@ MODEL_HEADERS = ("workload", "curve", "devices", "measured", "predicted (band)",
 
 
 def model_lines(rows: List[Dict], label) -> List[Tuple[str, ...]]:
-    """One line per ok row with a prediction, in ``MODEL_HEADERS`` order; ``label`` names a
-    row's curve."""
+    """One line per ok row with a prediction, but the baselines themselves, in
+    ``MODEL_HEADERS`` order; ``label`` names a row's curve."""
     lines = []
     for row in rows:
-        if row.get("predicted_images_per_sec") is None:
+        baseline_itself = row["total_devices"] == 1 and row["launcher"] == row.get(
+            "baseline_launcher")
+        if row.get("predicted_images_per_sec") is None or baseline_itself:
             continue
         low, high = row["predicted_images_per_sec_low"], row["predicted_images_per_sec_high"]
         band = f" ({low:,.1f}-{high:,.1f})" if high - low > 0.05 * low else ""

@@ -313,7 +313,7 @@ def cost_tables(rows: List[Dict]) -> List[Table]:
             continue
         table = Table(title=f"{workload} at {size}x{size}: cost of a million images")
         for header in ("curve", "devices", "images/sec", "$/hour", "$ per 1M images",
-                       "time to 1M", "cost vs reference", "time vs reference"):
+                       "time to 1M", "cost vs reference", "time vs reference", "images/J"):
             table.add_column(header, justify="left" if header == "curve" else "right")
         for row in sorted(priced, key=lambda r: (str(series_key(r)), r["total_devices"])):
             table.add_row(
@@ -322,7 +322,8 @@ def cost_tables(rows: List[Dict]) -> List[Table]:
                 f"{row['cost_per_million_images']:.3f}",
                 f"{row['time_to_million_images_s']:,.0f} s",
                 f"{row['cost_relative']:.2f}x" if row["cost_relative"] is not None else "-",
-                f"{row['time_relative']:.2f}x")
+                f"{row['time_relative']:.2f}x",
+                f"{row['images_per_joule']:.2f}" if row.get("images_per_joule") else "-")
         tables.append(table)
     return tables
 
