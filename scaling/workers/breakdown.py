@@ -10,6 +10,9 @@ span of those steps splits into:
   broadcast: gloo, NCCL, kvstore, TensorFlow's collectives and sends) and not by compute, so
   communication that overlaps compute costs nothing here;
 - ``idle``: the rest: host gaps, waiting, and on a GPU the device idle between kernels.
+
+Communication the trace cannot see (torch DDP's gloo allreduce on CPU runs in gloo's threads)
+is timed by the worker and moved into ``communication`` (:func:`with_exposed_communication`).
 """
 
 from __future__ import annotations
@@ -107,3 +110,14 @@ def step_breakdown(events: List[Dict], on_device: bool) -> Optional[Dict[str, fl
 def breakdown_of_trace(path: str, on_device: bool) -> Optional[Dict]:
     with open(path) as trace:
         return step_breakdown(work_events(json.load(trace)), on_device)
+
+
+def with_exposed_communication(shares: Dict[str, float], exposed: float) -> Dict[str, float]:
+    """``shares`` with communication measured outside the trace (``exposed``, a share of the
+    profiled steps): the wait for it shows in the trace as idle time or, inside the backward
+    pass's operators, as compute, so it is taken from idle first, then from compute."""
+    from_idle = min(shares["idle"], exposed)
+    from_compute = min(shares["compute"], exposed - from_idle)
+    return {"compute": shares["compute"] - from_compute,
+            "communication": shares["communication"] + from_idle + from_compute,
+            "idle": shares["idle"] - from_idle}

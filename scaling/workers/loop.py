@@ -13,6 +13,8 @@ A framework supplies a *session* built for one process of a cell:
 - ``profile(steps, path)``, optional: run ``steps`` steps under the framework's profiler, write
   its Chrome trace to ``path`` and return whether compute ran on a device (GPU), or None where
   this rank only stepped along unprofiled;
+- ``exposed_communication()``, optional: the share of the profiled steps spent waiting for
+  communication that the trace cannot see (torch DDP's gloo allreduce on CPU), or None;
 - ``collective()`` and ``gradient_bytes``, optional: the allreduce of the mechanism that
   aggregates the gradients (``scaling.workers.collective``), and one replica's gradient bytes,
   for the allreduce timed after the window at that size;
@@ -37,7 +39,8 @@ import time
 from typing import Callable, Dict, Optional
 
 from scaling.workers import common
-from scaling.workers.breakdown import PROFILE_STEPS, breakdown_of_trace
+from scaling.workers.breakdown import (PROFILE_STEPS, breakdown_of_trace,
+                                       with_exposed_communication)
 from scaling.workers.collective import gradient_allreduce, time_sizes
 
 
@@ -108,7 +111,12 @@ def profiled_steps(session, cell_dir: str, rank: int) -> Dict:
     on_device = session.profile(PROFILE_STEPS, path)
     if on_device is None:
         return {"step_breakdown": None, "profile_error": "this rank stepped along unprofiled"}
-    return {"step_breakdown": breakdown_of_trace(path, on_device), "trace": path}
+    breakdown = breakdown_of_trace(path, on_device)
+    exposed = session.exposed_communication() if hasattr(session, "exposed_communication") \
+        else None
+    if breakdown and exposed is not None:
+        breakdown = with_exposed_communication(breakdown, exposed)
+    return {"step_breakdown": breakdown, "trace": path}
 
 
 def watch_for_signals(cell_dir: str, rank: int) -> None:

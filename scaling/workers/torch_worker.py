@@ -17,12 +17,12 @@ aggregate, no optimizer step). The batch is seeded by the rank, so every replica
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 from scaling.workers import common
 from scaling.workers.compute import compute_report, torch_flops_per_image
 from scaling.workers.loop import run_worker
+from scaling.workers.torch_parallel import PARALLEL
 
 
 class _CudaEventTimer:
@@ -39,115 +39,6 @@ class _CudaEventTimer:
         return [a.elapsed_time(b) / 1000.0 for a, b in zip(self.events, self.events[1:])]
 
 
-class NoParallel:
-    """One process on one device with no data-parallel wrapper: the ``single`` baseline."""
-
-    versions: dict = {}
-
-    def __init__(self, is_gpu: bool):
-        pass
-
-    def wrap(self, model, optimizer, device_ids):
-        return model, optimizer
-
-    def gradients_reduced(self, optimizer):
-        """There is nothing to reduce."""
-        return contextlib.nullcontext()
-
-    def barrier(self) -> None:
-        """No other process to wait for."""
-
-    def max(self, value):
-        return value
-
-    def finish(self) -> None:
-        """No process group to leave."""
-
-
-class DdpParallel:
-    """DistributedDataParallel over a torch.distributed process group."""
-
-    def __init__(self, is_gpu: bool):
-        import torch.distributed as dist
-
-        self.dist = dist
-        self.versions = {}
-        dist.init_process_group(backend="nccl" if is_gpu else "gloo")
-
-    def wrap(self, model, optimizer, device_ids):
-        from torch.nn.parallel import DistributedDataParallel
-
-        return DistributedDataParallel(model, device_ids=device_ids), optimizer
-
-    def gradients_reduced(self, optimizer):
-        """DDP reduces the gradients inside backward: stepping needs nothing more."""
-        return contextlib.nullcontext()
-
-    def barrier(self) -> None:
-        self.dist.barrier()
-
-    def max(self, value):
-        self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
-        return value
-
-    def sum_in_place(self, tensor) -> None:
-        self.dist.all_reduce(tensor)
-
-    def size(self) -> int:
-        return self.dist.get_world_size()
-
-    def finish(self) -> None:
-        self.dist.destroy_process_group()
-
-
-class HorovodParallel:
-    """Horovod: the optimizer allreduces gradients as backward produces them."""
-
-    def __init__(self, is_gpu: bool):
-        """NCCL on GPU where the build has it, gloo otherwise: Horovod picks at build time."""
-        import horovod
-        import horovod.torch as hvd
-
-        self.hvd = hvd
-        self.versions = {"horovod": horovod.__version__}
-        hvd.init()
-
-    def wrap(self, model, optimizer, device_ids):
-        hvd = self.hvd
-        if not all(p.is_contiguous() for p in model.parameters()):
-            raise RuntimeError(
-                "Horovod allreduces contiguous tensors only, and this model's parameters (so "
-                "their gradients) are not contiguous: channels_last keeps convolution weights "
-                "in NHWC; run Horovod without channels_last")
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        return model, hvd.DistributedOptimizer(optimizer,
-                                               named_parameters=model.named_parameters())
-
-    @contextlib.contextmanager
-    def gradients_reduced(self, optimizer):
-        """Wait for the gradients' allreduces, then step without waiting again."""
-        optimizer.synchronize()
-        with optimizer.skip_synchronize():
-            yield
-
-    def barrier(self) -> None:
-        self.hvd.barrier()
-
-    def max(self, value):
-        return self.hvd.allreduce(value, op=self.hvd.Max)
-
-    def sum_in_place(self, tensor) -> None:
-        self.hvd.allreduce_(tensor, op=self.hvd.Sum)
-
-    def size(self) -> int:
-        return self.hvd.size()
-
-    def finish(self) -> None:
-        self.hvd.shutdown()
-
-
-PARALLEL = {"none": NoParallel, "ddp": DdpParallel, "horovod": HorovodParallel}
 
 
 class TorchSession:
@@ -206,6 +97,8 @@ class TorchSession:
         else:
             self.model, self.optimizer = self.parallel.wrap(
                 model, optimizer, [local_rank] if self.is_gpu else None)
+            if cell["profile"] and not self.is_gpu and hasattr(self.parallel, "time_buckets"):
+                self.parallel.time_buckets(self.model)
         self.loss_fn = torch.nn.CrossEntropyLoss()
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
@@ -270,12 +163,25 @@ class TorchSession:
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.is_gpu else [])
+        exposed = getattr(self.parallel, "exposed_s", None)
+        self.exposed = []
         with profile(activities=activities) as profiler:
+            started = time.perf_counter()
             for _ in range(steps):
+                if exposed:
+                    exposed()  # clears what earlier steps left
                 self.step()
+                if exposed:
+                    self.exposed.append(exposed())
             self.synchronize()
+            self.profiled_s = time.perf_counter() - started
         profiler.export_chrome_trace(path)
         return self.is_gpu
+
+    def exposed_communication(self):
+        """The share of the profiled steps that waited for the gradients' allreduce after the
+        backward pass, from the bucket timings; None where they were not timed."""
+        return sum(self.exposed) / self.profiled_s if self.exposed else None
 
     def collective(self) -> TorchCollective:
         """The allreduce of the mechanism that aggregates this session's gradients."""
