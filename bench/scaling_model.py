@@ -1,0 +1,74 @@
+"""The scaling model against measurement: 2-device cells predicted from their single cell and
+their own gradient allreduce.
+
+For each launcher (torch torchrun and horovod, tensorflow tf-multiworker), each run measures
+the ``single`` cell and the launcher's 2-device cell (CPU, 1 thread per device, profiled so
+that the overlap is measured), alternating the two within the run, and applies the report's
+model (``scaling.report.model``) to them. Reports each run's measured / predicted ratio, their
+median and the t interval of their mean; the target is within 10% (0.9 to 1.1).
+
+    python bench/scaling_model.py --runs 3 --output bench/results/scaling_model.json
+"""
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from benchlib import harness_record, machine
+from scaling.launchers import default_python
+from scaling.report.model import with_predictions
+from scaling.report.tables import with_scaling
+from scaling.uncertainty import repeats_interval
+
+LAUNCHERS = (("torch", "torchrun"), ("torch", "horovod"), ("tensorflow", "tf-multiworker"))
+SHAPE = {"workload": "resnet50", "image_size": 64, "batch_size": 8, "steps": 12, "warmup": 3}
+
+
+def one_run(framework: str, launcher: str, repeat: int, scratch: Path) -> dict:
+    """The single cell and the 2-device cell, in an order that alternates with ``repeat``,
+    and the model's fields for the 2-device cell."""
+    python = default_python(framework, launcher)
+    sides = [("single", 1), (launcher, 2)]
+    records = [harness_record(scratch / f"{framework}-{launcher}-{repeat}", framework=framework,
+                              launcher=name, devices=devices, threads_per_device=1,
+                              repeat=repeat, profile=name != "single", python=python,
+                              **SHAPE)
+               for name, devices in (sides if repeat % 2 == 0 else sides[::-1])]
+    [two] = [row for row in with_predictions(with_scaling(records))
+             if row["total_devices"] == 2]
+    return {key: two[key] for key in (
+        "images_per_sec", "baseline_images_per_sec", "allreduce_time_s", "gradient_bytes",
+        "step_breakdown", "predicted_images_per_sec", "predicted_images_per_sec_low",
+        "predicted_images_per_sec_high", "prediction_ratio", "loss_term")}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for framework, launcher in LAUNCHERS:
+            runs = [one_run(framework, launcher, repeat, Path(scratch))
+                    for repeat in range(args.runs)]
+            ratios = [run["prediction_ratio"] for run in runs]
+            results.append({"framework": framework, "launcher": launcher, "runs": runs,
+                            "prediction_ratios": ratios,
+                            "median_ratio": statistics.median(ratios),
+                            "ratio_ci95": repeats_interval(ratios)})
+            print(f"{framework}/{launcher}: measured / predicted {statistics.median(ratios):.3f} "
+                  f"(runs {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+    if args.output:
+        args.output.write_text(json.dumps({
+            "benchmark": "the scaling model against 2-device cells", "config": {
+                **SHAPE, "devices": 2, "threads_per_device": 1, "runs": args.runs,
+                "device_type": "cpu", "profile": True},
+            "machine": machine(), "results": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
