@@ -8,7 +8,10 @@ from click.testing import CliRunner
 from conftest import recorded_cell, write_records
 
 from scaling.cli import cli
-from scaling.report.model import extrapolate, prediction, ring_allreduce_s, step_band
+from scaling.report.figures import scaling_figure
+from scaling.report.model import (extrapolate, predicted_curves, prediction, ring_allreduce_s,
+                                  step_band)
+from scaling.report.tables import series_key, with_scaling
 
 
 def test_the_ring_allreduce_moves_2_n_minus_1_over_n_of_the_bytes():
@@ -68,11 +71,17 @@ def test_extrapolation_switches_to_the_inter_node_bandwidth_beyond_a_node():
         assert 0 < line["efficiency_low"] <= line["efficiency_high"] <= 1
 
 
-def test_predict_prints_each_curve_at_the_asked_counts(tmp_path):
+def two_point_curve(tmp_path):
+    """Records of a curve at 1 and 2 devices with gradient bytes and a measured bandwidth, and
+    the folder they were written to."""
     records = [{**recorded_cell(devices, ips, batch=8), "gradient_bytes": 4e8,
                 "allreduce_busbw_GBps": busbw}
                for devices, ips, busbw in ((1, 40.0, None), (2, 70.0, 5.0))]
-    out = write_records(tmp_path / "out", records)
+    return records, write_records(tmp_path / "out", records)
+
+
+def test_predict_prints_each_curve_at_the_asked_counts(tmp_path):
+    _, out = two_point_curve(tmp_path)
     result = CliRunner().invoke(cli, ["predict", str(out), "--devices", "2,8,64"])
     assert result.exit_code == 0, result.output
     assert "Predicted images/sec" in result.output
@@ -89,3 +98,27 @@ def test_predict_without_what_the_model_needs_is_a_one_line_error(tmp_path):
     assert result.exit_code == 2 and "no curve in" in result.output
     result = CliRunner().invoke(cli, ["predict", str(out), "--devices-per-node", "8"])
     assert result.exit_code == 2 and "go together" in result.output
+
+
+def test_the_throughput_plot_draws_the_prediction_dashed_beyond_the_measured_points(tmp_path):
+    records, _ = two_point_curve(tmp_path)
+    rows = with_scaling(records)
+    figure = scaling_figure(rows, "cifar10", predicted_curves(rows, series_key))
+    throughput = figure.axes[0]
+    dashed = [line for line in throughput.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1
+    # From the last measured point (2 devices, 70 images/sec) to 2, 4 and 8 times it.
+    assert list(dashed[0].get_xdata()) == [2, 4, 8, 16]
+    assert dashed[0].get_ydata()[0] == pytest.approx(70.0)
+    assert [tick.get_text() for tick in throughput.get_xticklabels()] == ["1", "2", "4", "8",
+                                                                          "16"]
+
+
+def test_predict_redraws_the_report_with_its_counts(tmp_path):
+    _, out = two_point_curve(tmp_path)
+    assert CliRunner().invoke(cli, ["report", str(out), "--html"]).exit_code == 0
+    assert "Throughput (dashed: predicted)" in (out / "report.html").read_text()
+    result = CliRunner().invoke(cli, ["predict", str(out), "--devices", "64"])
+    assert result.exit_code == 0 and "predicted curves dashed" in result.output
+    page = (out / "report.html").read_text()
+    assert "Throughput (dashed: predicted)" in page and "<!-- 64 -->" in page

@@ -111,15 +111,29 @@ def _styles(keys) -> Dict[Tuple, Dict]:
             for key, rank in _rank_within_framework(keys).items()}
 
 
-def scaling_figure(rows: List[Dict], title: str):
+def _plot_predicted(axis, curve: Dict, style: Dict) -> None:
+    """The model's extrapolation of a curve, dashed from its last measured point, with the
+    band from full overlap of the allreduce to none shaded."""
+    last = max(curve["measured"])
+    xs = [last] + [line["devices"] for line in curve["lines"]]
+    low = [curve["measured"][last]] + [line["images_per_sec_low"] for line in curve["lines"]]
+    high = [curve["measured"][last]] + [line["images_per_sec_high"] for line in curve["lines"]]
+    axis.plot(xs, [(a + b) / 2 for a, b in zip(low, high)], color=style["color"],
+              linestyle="--")
+    axis.fill_between(xs, low, high, color=style["color"], alpha=0.12, linewidth=0)
+
+
+def scaling_figure(rows: List[Dict], title: str, predicted: Optional[Dict] = None):
     """Throughput, speedup and efficiency against device count for the rows of one workload,
-    image size and device type, each point with its 95% interval as an error bar; None when
-    no cell of them is ok."""
+    image size and device type, each point with its 95% interval as an error bar, and the
+    throughput's ``predicted`` curves (from :func:`~scaling.report.model.predicted_curves`)
+    dashed beyond the measured points; None when no cell of them is ok."""
     curves = _curves(rows)
     if not curves:
         return None
     device_type = rows[0]["device_type"]
     counts = sorted({devices for curve in curves.values() for devices in curve})
+    predicted = {key: curve for key, curve in (predicted or {}).items() if key in curves}
     styles = _styles(curves)
     figure, (throughput, speedup, efficiency) = plt.subplots(1, 3, figsize=(14, 4.2))
     for key, curve in sorted(curves.items(), key=lambda item: str(item[0])):
@@ -133,11 +147,17 @@ def scaling_figure(rows: List[Dict], title: str):
             _plot_with_interval(speedup, with_speedup, label=label, **styles[key])
             _plot_with_interval(efficiency, with_speedup, scale=100, per_device=True,
                                 label=label, **styles[key])
+        if key in predicted:
+            _plot_predicted(throughput, predicted[key], styles[key])
     speedup.plot(counts, counts, label="linear", **LINEAR_STYLE)
     efficiency.axhline(100, label="linear", **LINEAR_STYLE)
-    for axis, name in ((throughput, "Throughput"), (speedup, "Speedup vs 1 device"),
-                       (efficiency, "Scaling efficiency")):
-        _device_axis(axis, counts, device_type)
+    extended = sorted({*counts, *(line["devices"] for curve in predicted.values()
+                                  for line in curve["lines"])})
+    for axis, name, ticks in ((throughput, "Throughput" + (" (dashed: predicted)" if predicted
+                                                           else ""), extended),
+                              (speedup, "Speedup vs 1 device", counts),
+                              (efficiency, "Scaling efficiency", counts)):
+        _device_axis(axis, ticks, device_type)
         axis.set_title(name)
     throughput.set_ylabel("images/sec")
     speedup.set_ylabel("speedup (x, weak scaling)")

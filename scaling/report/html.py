@@ -21,7 +21,7 @@ from scaling.execute.allreduce import allreduce_rows, marks
 from scaling.execute.matmul import crossover, matmul_records
 from scaling.maxbatch.search import MAXBATCH_FILE, read_maxbatch_csv
 from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
-from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines
+from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines, predicted_curves
 from scaling.report.figures import (allreduce_figure, cost_figure, frameworks_figure, matmul_figures,
                                     scaling_figure, svg, workloads_figure)
 from scaling.report.provenance import provenance
@@ -96,7 +96,7 @@ def _curve_of(row: Dict) -> str:
     return curve_label(series_key(row))
 
 
-def _workload_section(key, rows: List[Dict]) -> Dict:
+def _workload_section(key, rows: List[Dict], model: Dict) -> Dict:
     workload, size, device_type = key
     pairs = {(row["framework"], row["launcher"]) for row in rows}
     return {
@@ -111,7 +111,8 @@ def _workload_section(key, rows: List[Dict]) -> Dict:
         "costs": sorted((row for row in rows if row.get("price_per_hour") is not None),
                         key=lambda r: (str(series_key(r)), r["total_devices"])),
         "scaling": _inline(scaling_figure(rows, f"{workload}, {size}x{size}, "
-                                                "per-device batch fixed")),
+                                                "per-device batch fixed",
+                                          predicted_curves(rows, series_key, **model))),
         "frameworks": _inline(frameworks_figure(rows, f"{workload}: frameworks and launchers"))
         if len(pairs) > 1 else None,
     }
@@ -142,9 +143,14 @@ def allreduce_section(records: List[Dict]):
     return _inline(allreduce_figure(rows, found)) if rows else None
 
 
-def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
+def render_html(out_dir, rows: List[Dict], records: List[Dict],
+                model: Optional[Dict] = None) -> str:
+    """The report's page. ``model`` holds :func:`predicted_curves`' options for the dashed
+    predictions beyond each curve's measured points (by default, its measured bus bandwidth
+    at 2, 4 and 8 times its largest device count)."""
     out_dir = Path(out_dir)
-    sections = [_workload_section(key, group) for key, group in workload_groups(rows).items()]
+    sections = [_workload_section(key, group, model or {})
+                for key, group in workload_groups(rows).items()]
     statuses = sorted({row["status"] for row in rows})
     environment = Environment(loader=PackageLoader("scaling.report", "templates"),
                               autoescape=select_autoescape(["html"]))
@@ -170,7 +176,8 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict]) -> str:
     )
 
 
-def write_html(out_dir, rows: List[Dict], records: List[Dict]) -> Path:
+def write_html(out_dir, rows: List[Dict], records: List[Dict],
+               model: Optional[Dict] = None) -> Path:
     path = Path(out_dir) / REPORT_FILE
-    path.write_text(render_html(out_dir, rows, records))
+    path.write_text(render_html(out_dir, rows, records, model))
     return path

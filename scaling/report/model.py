@@ -21,7 +21,8 @@ compute: exposed communication, or the rest (the framework, the launcher, conten
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+import statistics
+from typing import Callable, Dict, List, Optional, Tuple
 
 BACKWARD_SHARE = 2 / 3
 """The backward pass's share of a forward-and-backward step (twice the forward's FLOPs)."""
@@ -100,6 +101,54 @@ def extrapolate(compute_s: float, batch_size: int, gradient_bytes: float,
                       "efficiency_low": compute_s / longest,
                       "efficiency_high": compute_s / shortest})
     return lines
+
+
+def curve_inputs(rows: List[Dict], key: Callable[[Dict], Tuple],
+                 busbw_GBps: Optional[float] = None) -> Dict:
+    """``key`` (a row's curve) -> the model's inputs for the curve: single step, batch,
+    gradient bytes, the bus bandwidth (given, or measured at the curve's largest device count)
+    and the measured images/sec per device count; curves without a baseline or a bandwidth
+    are left out."""
+    curves: Dict = {}
+    for row in rows:
+        if row["status"] == "ok" and row.get("baseline_images_per_sec") and \
+                row.get("gradient_bytes"):
+            curves.setdefault(key(row), []).append(row)
+    inputs = {}
+    for curve, group in curves.items():
+        largest = max(row["total_devices"] for row in group)
+        measured = [row["allreduce_busbw_GBps"] for row in group
+                    if row["total_devices"] == largest and row.get("allreduce_busbw_GBps")]
+        busbw = busbw_GBps or (statistics.median(measured) if measured else None)
+        if busbw is None:
+            continue
+        first = group[0]
+        by_devices: Dict[int, List[float]] = {}
+        for row in group:
+            by_devices.setdefault(row["total_devices"], []).append(row["images_per_sec"])
+        inputs[curve] = {"compute_s": first["batch_size"] / first["baseline_images_per_sec"],
+                         "batch_size": first["batch_size"],
+                         "gradient_bytes": first["gradient_bytes"], "busbw_GBps": busbw,
+                         "measured": {devices: statistics.median(figures)
+                                      for devices, figures in sorted(by_devices.items())},
+                         "busbw_source": "given" if busbw_GBps else f"measured at {largest}"}
+    return inputs
+
+
+def predicted_curves(rows: List[Dict], key: Callable[[Dict], Tuple],
+                     counts: Optional[List[int]] = None, busbw_GBps: Optional[float] = None,
+                     devices_per_node: Optional[int] = None,
+                     inter_node_busbw_GBps: Optional[float] = None) -> Dict[Tuple, Dict]:
+    """``key`` (a row's curve) -> its inputs with ``lines``, the extrapolation to ``counts``
+    (by default 2, 4 and 8 times the curve's largest measured device count)."""
+    curves = curve_inputs(rows, key, busbw_GBps)
+    for curve in curves.values():
+        largest = max(curve["measured"])
+        curve["lines"] = extrapolate(
+            curve["compute_s"], curve["batch_size"], curve["gradient_bytes"],
+            counts or [largest * factor for factor in (2, 4, 8)], curve["busbw_GBps"],
+            devices_per_node, inter_node_busbw_GBps)
+    return curves
 
 
 MODEL_TITLE = ("The scaling model: measured against predicted images/sec (the single step "
