@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -73,6 +74,12 @@ class Cell:
     largest device count per node of the run or sweep, the same at every point of a curve."""
     sizes: Tuple[int, ...] = field(default=(), metadata={"identity": SINCE_DEFAULT})
     """For purpose ``allreduce``: the message sizes in bytes that the cell times."""
+    data: str = field(default="", metadata={"identity": SINCE_DEFAULT})
+    """An ImageFolder tree of real JPEGs the cell trains on, through each framework's own input
+    pipeline (``scaling.workers.input_data``); empty: one synthetic batch on the device."""
+    loader_workers: int = field(default=0, metadata={"identity": SINCE_DEFAULT})
+    """Worker processes (threads in tf.data) that decode and augment real images; 0: the
+    training process does it between steps."""
 
     def __post_init__(self):
         # A cell read back from JSON has its sizes as a list; the identity needs the tuple.
@@ -156,14 +163,23 @@ def make_cell(
     cores: Optional[int] = None,
     largest_devices: Optional[int] = None,
     sizes: Sequence[int] = (),
+    data: Optional[str] = None,
+    loader_workers: int = 0,
 ) -> Cell:
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
     build a cell. ``launcher=None`` picks the framework's default launcher.
 
     A CPU device is one fixed unit along a curve: without ``threads_per_device``, each device
     gets ``cores`` (default: this machine's) over ``largest_devices``, the largest device count
-    per node of the run or sweep (default: ``devices``)."""
+    per node of the run or sweep (default: ``devices``). ``data``, a real-image folder, is
+    kept as an absolute path, which every node must be able to read."""
     spec = get_workload(workload)
+    if isinstance(loader_workers, bool) or not isinstance(loader_workers, int) \
+            or loader_workers < 0:
+        raise ScalingError(f"loader workers must be a non-negative integer, got "
+                           f"{loader_workers!r}")
+    if loader_workers and not data:
+        raise ScalingError("loader workers read real images: give --data DIR as well")
     launcher_spec = _check_launcher(framework, launcher, options or {})
     _check_counts(devices=devices, batch_size=batch_size, steps=steps, nodes=nodes,
                   warmup=warmup, timeout_s=timeout_s, min_time_s=min_time_s, mode=mode)
@@ -193,7 +209,8 @@ def make_cell(
         options=dict(options or {}), timeout_s=float(timeout_s), mode=mode,
         min_time_s=float(min_time_s), profile=bool(profile), variant=variant,
         data_parallel=launcher_spec.data_parallel, threads_default=threads_default,
-        sizes=tuple(sizes),
+        sizes=tuple(sizes), data=os.path.abspath(data) if data else "",
+        loader_workers=loader_workers,
     )
 
 

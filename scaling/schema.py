@@ -77,6 +77,9 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                           "the cell's own collective, {bytes, iterations_per_chunk, "
                           "chunk_seconds, devices}",
     "allreduce": "purpose allreduce: per size, {bytes, iterations_per_chunk, chunk_seconds}",
+    "loader_window": "with data: {window_s, images} of the input pipeline alone, after the "
+                     "window (scaling.workers.loop.input_references)",
+    "synthetic_window": "with data: {window_s, images} of the same steps on a synthetic batch",
     "allreduce_devices": "purpose allreduce: the devices the sum runs over, in the whole cell",
 }
 """Fields of ``cells/CELL/rank{N}.json``; frameworks may add their own details."""
@@ -112,6 +115,14 @@ RECORD_FIELDS: Dict[str, str] = {
     "variant": "the sweep's name for this environment of the framework (tensorflow@tf215), or "
                "empty",
     "mode": "train, forward (inference) or forward_backward (no optimizer step)",
+    "data": "the absolute path of the ImageFolder tree of real JPEGs the cell trained on, or "
+            "empty for synthetic data (one batch on the device)",
+    "loader_workers": "loader worker processes decoding real images (tf.data: threads); 0: "
+                      "the training process",
+    "loader_images_per_sec": "with data: images/sec out of the input pipeline alone, same "
+                             "workers and shards, no model, all ranks together",
+    "synthetic_images_per_sec": "with data: images/sec of the same cell on a synthetic "
+                                "batch, timed in the same processes after its window",
     "status": "one of " + ", ".join(STATUSES),
     "error": "one-line reason when not ok",
     "oom_evidence": "why the status is oom: 'framework error: ...' (the framework's own "
@@ -225,6 +236,12 @@ SCALING_FIELDS: Dict[str, str] = {
     "prediction_ratio": "images_per_sec / predicted_images_per_sec",
     "loss_term": "the largest part of the step beyond the single step's compute: exposed "
                  "communication or the rest; empty at or above linear",
+    "input_bound": "with data: whether the input is the bound (real-data images/sec below "
+                   "95% of synthetic, and the pipeline alone not clearly, 20%, faster than the "
+                   "real-data cell); empty on synthetic data (scaling.report.input)",
+    "loader_workers_needed": "with data, when input_bound: an estimate of the loader workers "
+                             "that would feed the synthetic rate, from the per-worker "
+                             "pipeline rate",
 }
 """Columns that ``scaling report`` adds to each sweep record."""
 
@@ -241,7 +258,8 @@ ALLREDUCE_FIELDS: Dict[str, str] = {
 CSV_COLUMNS = [
     "cell", "framework", "launcher", "workload", "mode", "device_type", "devices", "nodes",
     "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
-    "images_per_sec", *SCALING_FIELDS, "step_time_median_s", "step_time_p95_s",
+    "images_per_sec", *SCALING_FIELDS, "data", "loader_workers", "loader_images_per_sec",
+    "synthetic_images_per_sec", "step_time_median_s", "step_time_p95_s",
     "allreduce_time_s", "allreduce_busbw_GBps", "images_per_joule",
     "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
     "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",

@@ -119,6 +119,10 @@ class SweepConfig:
     single_baseline: bool = True
     """Add each curve's ``single`` baseline cell (false: each curve is measured against its
     own one-device point, and the report says so)."""
+    data: Optional[str] = None
+    """An ImageFolder tree of real JPEGs every cell trains on (see ``scaling make-data``)."""
+    loader_workers: Union[int, List[int]] = 0
+    """Loader workers for real data, or a list of counts (an axis)."""
     prices: Dict[str, float] = field(default_factory=dict)
     """US dollars per hour by device type, device name or ``instance`` (see scaling.report.cost)."""
 
@@ -133,6 +137,11 @@ class SweepConfig:
         if isinstance(self.threads_per_device, list):
             return sorted(set(self.threads_per_device))
         return [self.threads_per_device]
+
+    def loader_worker_counts(self) -> List[int]:
+        counts = self.loader_workers if isinstance(self.loader_workers, list) \
+            else [self.loader_workers]
+        return sorted(set(counts))
 
     def node_counts(self) -> List[int]:
         counts = self.nodes if isinstance(self.nodes, list) else [self.nodes]
@@ -290,9 +299,11 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
             counts = device_counts(config.devices, device_type, cores)
             combos = itertools.product(
                 section.launchers, config.workloads, config.modes, config.batch_sizes,
-                config.node_counts(), counts, config.thread_counts(), range(config.repeats),
+                config.node_counts(), counts, config.thread_counts(),
+                config.loader_worker_counts(), range(config.repeats),
             )
-            for launcher, workload, mode, batch, nodes, devices, threads, repeat in combos:
+            for (launcher, workload, mode, batch, nodes, devices, threads, loader_workers,
+                 repeat) in combos:
                 most = LAUNCHERS.get(launcher).max_devices
                 if most is not None and (devices > most or nodes > 1):
                     continue  # a launcher such as single drives one device: its one point
@@ -310,7 +321,8 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                     options=section.options, timeout_s=config.timeout_s, mode=mode,
                     min_time_s=config.min_time_s, profile=config.profile,
                     allow_oversubscribe=config.allow_oversubscribe, cores=cores,
-                    largest_devices=max(counts),
+                    largest_devices=max(counts), data=config.data,
+                    loader_workers=loader_workers,
                 ))
     baselines = list(map(single_twin, cells)) if config.single_baseline else []
     return list({cell.cell_id: cell for cell in [*baselines, *cells]}.values())

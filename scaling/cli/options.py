@@ -166,6 +166,14 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
                      help="CPU threads per worker [default: cores // the largest device count "
                           "of the run or sweep, at least 1]."),
         click.option("--memory-limit", help="Memory cap per CPU device, e.g. 3GiB."),
+        click.option("--data", type=click.Path(file_okay=False),
+                     help="Train on the real JPEGs of this ImageFolder tree (DIR/train/<class>/"
+                          "*.jpg, see make-data) through the framework's own input pipeline, "
+                          "and say whether the input is the bound [default: one synthetic "
+                          "batch on the device]."),
+        click.option("--loader-workers", type=int, default=0, show_default=True,
+                     help="Loader worker processes (tf.data threads) decoding and augmenting "
+                          "real images; 0: the training process does it."),
         click.option("--timeout", "timeout_s", type=float, default=600, show_default=True,
                      help=f"Seconds before a {what}'s processes are killed."),
         click.option("--option", "option_pairs", multiple=True, metavar="KEY=VALUE",

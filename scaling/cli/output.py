@@ -16,8 +16,9 @@ from scaling.errors import ScalingError
 from scaling.execute.store import ResultStore
 from scaling.maxbatch.search import write_maxbatch_csv
 from scaling.report.provenance import note_command
-from scaling.report.baseline import overhead_table
-from scaling.report.model import model_table
+from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
+from scaling.report.input import INPUT_HEADERS, INPUT_TITLE, input_lines
+from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines
 from scaling.report.tables import (cost_tables, curve_label, report, scaling_tables, series_key,
                                    thread_tables)
 from scaling.units import format_bytes
@@ -68,15 +69,30 @@ def _curve_of(row: Dict) -> str:
     return curve_label(series_key(row))
 
 
+def line_table(title: str, headers, lines) -> Optional[Table]:
+    """``lines`` under ``headers`` as a terminal table, figures to the right; None without a
+    line."""
+    if not lines:
+        return None
+    table = Table(title=title)
+    for index, header in enumerate(headers):
+        table.add_column(header, justify="right" if lines[0][index][:1].isdigit() else "left")
+    for line in lines:
+        table.add_row(*line)
+    return table
+
+
 def print_report(out_dir, prices: Optional[Dict[str, float]] = None) -> List[Dict]:
     """The scaling, threads and cost tables of OUT; writes OUT/results.csv."""
     records = ResultStore(out_dir).records()
     if not records:
         raise ScalingError(f"no results in {out_dir}")
     rows, path = report(out_dir, records, prices)
-    extra = [table for table in (overhead_table(rows, _curve_of), model_table(rows, _curve_of))
-             if table]
-    for table in [*scaling_tables(rows), *extra, *thread_tables(rows), *cost_tables(rows)]:
+    extra = [line_table(title, headers, lines(rows, _curve_of)) for title, headers, lines in (
+        (OVERHEAD_TITLE, OVERHEAD_HEADERS, overhead_lines),
+        (MODEL_TITLE, MODEL_HEADERS, model_lines), (INPUT_TITLE, INPUT_HEADERS, input_lines))]
+    for table in [*scaling_tables(rows), *filter(None, extra), *thread_tables(rows),
+                  *cost_tables(rows)]:
         console.print(table)
     console.print(f"wrote {path}")
     return rows

@@ -100,7 +100,18 @@ def _metrics(reports: List[Dict]) -> Dict:
         "memory_capacity_bytes": min((r["memory_capacity_bytes"] for r in reports
                                       if r["memory_capacity_bytes"] is not None), default=None),
         **_gradient_allreduce(reports),
+        **{f"{name}_images_per_sec": _window_rate(reports, f"{name}_window")
+           for name in ("loader", "synthetic")},
     }
+
+
+def _window_rate(reports: List[Dict], window: str) -> Optional[float]:
+    """All ranks' images over the longest of their ``window``s, or None where no rank had it
+    (a cell on synthetic data has no loader or synthetic reference)."""
+    if not all(r.get(window) for r in reports):
+        return None
+    return sum(r[window]["images"] for r in reports) / max(r[window]["window_s"]
+                                                           for r in reports)
 
 
 def bus_factor(devices: int) -> float:

@@ -17,8 +17,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from rich.table import Table
-
 from scaling.frameworks import FRAMEWORKS
 from scaling.launchers.single import BASELINE_LAUNCHER
 from scaling.uncertainty import ratio_interval, repeats_interval
@@ -121,16 +119,3 @@ def overhead_lines(rows: List[Dict], label: Callable[[Dict], str]) -> List[Tuple
         formatted.append((workload, name, f"{row['baseline_images_per_sec']:,.1f}",
                           f"{row['parallel_overhead']:+.1%}{spread}"))
     return formatted
-
-
-def overhead_table(rows: List[Dict], label: Callable[[Dict], str]) -> Optional[Table]:
-    """:func:`overhead_lines` as a terminal table; None when no curve has a baseline."""
-    lines = overhead_lines(rows, label)
-    if not lines:
-        return None
-    table = Table(title=OVERHEAD_TITLE)
-    for header in OVERHEAD_HEADERS:
-        table.add_column(header, justify="left" if header in ("workload", "curve") else "right")
-    for line in lines:
-        table.add_row(*line)
-    return table

@@ -21,6 +21,7 @@ from scaling.execute.allreduce import allreduce_rows, marks
 from scaling.execute.matmul import crossover, matmul_records
 from scaling.maxbatch.search import MAXBATCH_FILE, read_maxbatch_csv
 from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
+from scaling.report.input import INPUT_HEADERS, INPUT_TITLE, input_lines
 from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines, predicted_curves
 from scaling.report.figures import (allreduce_figure, cost_figure, frameworks_figure, matmul_figures,
                                     scaling_figure, svg, workloads_figure)
@@ -105,6 +106,7 @@ def _workload_section(key, rows: List[Dict], model: Dict) -> Dict:
         "grids": grids(rows),
         "details": measured_details(rows),
         "model": [line[1:] for line in model_lines(rows, _curve_of)],
+        "input": [line[1:] for line in input_lines(rows, _curve_of)],
         "overheads": [line[1:] for line in overhead_lines(rows, _curve_of)],
         "cost_figure": _inline(cost_figure(rows, f"{workload}: time and cost of a million "
                                                  "images, relative to the reference")),
@@ -164,6 +166,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
         sections=sections,
         overhead_title=OVERHEAD_TITLE, overhead_headers=OVERHEAD_HEADERS[1:],
         model_title=MODEL_TITLE, model_headers=MODEL_HEADERS[1:],
+        input_title=INPUT_TITLE, input_headers=INPUT_HEADERS[1:],
         workloads=_inline(workloads_figure(rows)) if len(sections) > 1 else None,
         matmul=matmul_section(records),
         allreduce=allreduce_section(records),

@@ -173,19 +173,3 @@ def model_lines(rows: List[Dict], label) -> List[Tuple[str, ...]]:
                       f"{row['predicted_images_per_sec']:,.1f}{band}",
                       f"{row['prediction_ratio']:.2f}", row["loss_term"] or "-"))
     return sorted(lines, key=lambda line: (line[0], line[1], int(line[2])))
-
-
-def model_table(rows: List[Dict], label):
-    """:func:`model_lines` as a terminal table; None without a prediction."""
-    from rich.table import Table
-
-    lines = model_lines(rows, label)
-    if not lines:
-        return None
-    table = Table(title=MODEL_TITLE)
-    for header in MODEL_HEADERS:
-        table.add_column(header, justify="left" if header in ("workload", "curve",
-                                                              "largest loss") else "right")
-    for line in lines:
-        table.add_row(*line)
-    return table

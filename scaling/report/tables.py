@@ -23,6 +23,7 @@ from rich.table import Table
 
 from scaling.report.baseline import baselines, figure_interval
 from scaling.report.cost import sweep_prices, with_costs
+from scaling.report.input import with_input_verdicts
 from scaling.report.model import with_predictions
 from scaling.schema import CSV_COLUMNS
 from scaling.uncertainty import ratio_interval
@@ -56,13 +57,22 @@ def explicit_threads(record: Dict) -> str:
 def curve_fields(record: Dict) -> Tuple:
     """What a curve is made of, except the framework version: framework (or its variant, such
     as ``tensorflow@tf215``), launcher, workload, per-device batch, image size, device type,
-    options (with threads per device where they are not the default) and mode."""
+    options (with threads per device where they are not the default, and the real data with
+    its loader workers) and mode."""
     options = json.dumps(record.get("options") or {}, sort_keys=True)
-    if explicit_threads(record):
-        options = f"{options} {explicit_threads(record)}" if options != "{}" \
-            else explicit_threads(record)
+    extra = [text for text in (explicit_threads(record), input_label(record)) if text]
+    if extra:
+        options = " ".join(([options] if options != "{}" else []) + extra)
     return (record.get("variant") or record["framework"], record["launcher"], record["workload"], record["batch_size"],
             record["image_size"], record["device_type"], options, record.get("mode", "train"))
+
+
+def input_label(record: Dict) -> str:
+    """``real data, 2 loader workers`` for a cell on real images; empty on synthetic data."""
+    if not record.get("data"):
+        return ""
+    workers = record.get("loader_workers", 0)
+    return f"real data, {workers} loader worker{'s' if workers != 1 else ''}"
 
 
 def with_framework_versions(records: List[Dict]) -> List[Dict]:
@@ -369,7 +379,7 @@ def thread_tables(rows: List[Dict]) -> List[Table]:
 
 def report(out_dir, records: List[Dict], prices: Optional[Dict[str, float]] = None
            ) -> Tuple[List[Dict], Path]:
-    rows = with_costs(with_predictions(with_scaling(records)),
+    rows = with_costs(with_input_verdicts(with_predictions(with_scaling(records))),
                       {**sweep_prices(out_dir), **(prices or {})})
     path = Path(out_dir) / "results.csv"
     write_csv(rows, path)

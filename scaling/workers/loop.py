@@ -18,6 +18,11 @@ A framework supplies a *session* built for one process of a cell:
 - ``collective()`` and ``gradient_bytes``, optional: the allreduce of the mechanism that
   aggregates the gradients (``scaling.workers.collective``), and one replica's gradient bytes,
   for the allreduce timed after the window at that size;
+- for a cell on real data (``cell["data"]``, ``scaling.workers.input_data``): ``step()``
+  takes the next batch of the framework's input pipeline, ``loader_alone()`` returns a fresh
+  pipeline of the same workers and shard as an endless iterator of each batch's image count,
+  with no model and no copy to the device, and ``use_synthetic()`` makes later steps run on
+  one synthetic batch (:func:`input_references`);
 - ``finish()``: a dict of what the process reports after its window (memory, parameters),
   with fingerprints, one per replica that the process drives: ``data_sums``, the sum of the
   replica's input images (each replica's batch is seeded by its index in the cell), and, in
@@ -38,7 +43,7 @@ import sys
 import time
 from typing import Callable, Dict, Optional
 
-from scaling.workers import common
+from scaling.workers import common, input_data
 from scaling.workers.breakdown import (PROFILE_STEPS, breakdown_of_trace,
                                        with_exposed_communication)
 from scaling.workers.collective import gradient_allreduce, time_sizes
@@ -100,6 +105,33 @@ def timed_window(session, cell: Dict, faults: common.FaultInjector) -> Dict:
         "steps_timed": steps, "images": session.images_per_step * steps, "chunks": chunks,
         "step_time_median_s": times["median"], "step_time_p95_s": times["p95"],
     }
+
+
+def input_references(session, cell: Dict, faults: common.FaultInjector) -> Dict:
+    """For a cell on real data, after its window: the two figures its verdict needs.
+
+    - ``loader_window``: the input pipeline alone, a fresh one with the same workers and shard,
+      pulling ``steps`` batches after ``warmup`` (which start its workers) with no model, on
+      every rank at once between two barriers;
+    - ``synthetic_window``: the same model, threads and steps on one synthetic batch, timed as
+      the cell's own window.
+    """
+    if not cell.get("data"):
+        return {}
+    loader = session.loader_alone()
+    for _ in range(cell["warmup"]):
+        next(loader)
+    session.barrier()
+    start, images = time.perf_counter(), 0
+    for _ in range(cell["steps"]):
+        images += next(loader)
+    session.barrier()
+    loader_window = {"window_s": time.perf_counter() - start, "images": images}
+    session.use_synthetic()
+    synthetic = timed_window(session, cell, faults)
+    return {"loader_window": loader_window,
+            "synthetic_window": {"window_s": synthetic["window_s"],
+                                 "images": synthetic["images"]}}
 
 
 def profiled_steps(session, cell_dir: str, rank: int) -> Dict:
@@ -167,8 +199,12 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
             report.update(time_sizes(measured, cell["sizes"]))
             report.update(measured.finish())
             return
+        if cell.get("data"):
+            input_data.check_data_dir(cell["data"])
         session = build(cell, report, rank)
-        report.update(timed_window(session, cell, common.FaultInjector(rank)))
+        faults = common.FaultInjector(rank)
+        report.update(timed_window(session, cell, faults))
+        report.update(input_references(session, cell, faults))
         if cell.get("profile"):
             report.update(profiled_steps(session, cell_dir, rank))
         report.update(gradient_allreduce(session, cell))

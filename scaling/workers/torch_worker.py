@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from scaling.workers import common
+from scaling.workers import common, torch_input
 from scaling.workers.compute import compute_report, torch_flops_per_image
 from scaling.workers.loop import run_worker
 from scaling.workers.torch_parallel import PARALLEL
@@ -79,7 +79,14 @@ class TorchSession:
             cell, {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype],
             lambda: torch_flops_per_image(cell["models"], workload, cell["image_size"],
                                           self.mode), self.gradient_bytes))
-        self._make_batch(cell, workload, common.process_ranks()[0])
+        self.cell, self.workload, self.batches = cell, workload, None
+        if cell["data"]:
+            self.batches = torch_input.device_batches(
+                torch_input.data_loader(cell, workload.channels), self.device,
+                self.memory_format)
+            self.images_per_step = cell["batch_size"]
+        else:
+            self.use_synthetic()
         if options.get("compile"):
             report["compile_s"] = self._compile()
 
@@ -102,15 +109,23 @@ class TorchSession:
         self.loss_fn = torch.nn.CrossEntropyLoss()
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
-    def _make_batch(self, cell: dict, workload, rank: int) -> None:
-        """One synthetic batch on the device, seeded by ``rank``, used by every step."""
+    def use_synthetic(self) -> None:
+        """From now on, every step trains on one synthetic batch on the device, seeded by the
+        process's rank."""
+        cell, workload = self.cell, self.workload
         size, batch = cell["image_size"], cell["batch_size"]
-        seeded = self.torch.Generator(self.device).manual_seed(rank)
+        seeded = self.torch.Generator(self.device).manual_seed(common.process_ranks()[0])
         self.images = self.torch.randn(batch, workload.channels, size, size, generator=seeded,
                                        device=self.device).to(memory_format=self.memory_format)
         self.labels = self.torch.randint(0, workload.classes, (batch,), generator=seeded,
                                          device=self.device)
-        self.images_per_step = batch
+        self.images_per_step, self.batches = batch, None
+
+    def loader_alone(self):
+        """A fresh loader of this process's shard, with the same workers: each batch's image
+        count, without end."""
+        return torch_input.image_counts(torch_input.data_loader(self.cell,
+                                                                self.workload.channels))
 
     def _compile(self) -> float:
         """torch.compile the model, compiling it with one untimed step; returns the seconds."""
@@ -132,13 +147,14 @@ class TorchSession:
                                    enabled=self.amp_dtype is not None)
 
     def step(self) -> None:
+        images, labels = next(self.batches) if self.batches else (self.images, self.labels)
         if self.mode == "forward":
             with self.torch.inference_mode(), self._autocast():
-                self.model(self.images)
+                self.model(images)
             return
         self.optimizer.zero_grad()  # set_to_none, the default since torch 2.0
         with self._autocast():
-            loss = self.loss_fn(self.model(self.images), self.labels)
+            loss = self.loss_fn(self.model(images), labels)
         (self.scaler.scale(loss) if self.scaler else loss).backward()
         with self.parallel.gradients_reduced(self.optimizer):
             if self.mode != "train":

@@ -1,0 +1,72 @@
+"""Real images for a cell with ``data``: what every framework's input pipeline shares.
+
+A data folder is an ImageFolder tree, ``DIR/train/<class>/<n>.jpg`` (``scaling make-data``
+writes one). Each process of a cell reads its own shard of the files: every ``count``-th file
+from its ``shard`` index on, in sorted order. Every framework applies the same augmentation with
+its own standard pipeline: a random resized crop to the cell's image size, a horizontal flip,
+and normalisation by the ImageNet mean and deviation (grey images: their mean). A window longer
+than a shard goes round it again (:func:`endless`).
+
+Standard library only, so that it runs under every framework's interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Callable, Iterable, Iterator, List, Tuple
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+SUFFIXES = (".jpg", ".jpeg")
+
+
+def normalisation(channels: int) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
+    """(mean, deviation) per channel: ImageNet's for colour, their means for one channel."""
+    if channels == 1:
+        return (sum(MEAN) / 3,), (sum(STD) / 3,)
+    return MEAN, STD
+
+
+def train_dir(data: str) -> str:
+    return os.path.join(data, "train")
+
+
+def check_data_dir(data: str) -> List[str]:
+    """The class folders of ``data``'s training tree, sorted, once it is readable here and
+    holds JPEG files; otherwise a one-line error that names the node, raised before any
+    training starts."""
+    where = f"on {socket.gethostname()}"
+    root = train_dir(data)
+    if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
+        raise RuntimeError(f"data folder {data} is not readable {where}: no readable "
+                           f"{root}/<class>/ tree")
+    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    if not any(name.lower().endswith(SUFFIXES) for label in classes
+               for name in os.listdir(os.path.join(root, label))):
+        raise RuntimeError(f"data folder {data} has no train/<class>/*.jpg files {where}")
+    return classes
+
+
+def shard_files(data: str, shard: int, count: int) -> List[Tuple[str, int]]:
+    """(path, class index) of every ``count``-th JPEG of ``data`` from the ``shard``-th on, in
+    sorted order: this process's own part of the dataset."""
+    classes = check_data_dir(data)
+    files = [(os.path.join(train_dir(data), label, name), index)
+             for index, label in enumerate(classes)
+             for name in sorted(os.listdir(os.path.join(train_dir(data), label)))
+             if name.lower().endswith(SUFFIXES)]
+    shard_of = files[shard::count]
+    if not shard_of:
+        raise RuntimeError(f"data folder {data} has {len(files)} images, too few for "
+                           f"{count} processes to read one each")
+    return shard_of
+
+
+def endless(epoch: Callable[[int], Iterable]) -> Iterator:
+    """The items of ``epoch(0)``, then of ``epoch(1)``, and so on: a pass that ends starts the
+    next one (a loader's sampler gets its epoch)."""
+    number = 0
+    while True:
+        yield from epoch(number)
+        number += 1
