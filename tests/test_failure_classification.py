@@ -103,6 +103,24 @@ def test_the_rank_report_carries_the_evidence(tmp_path, before, status):
         assert report["oom_evidence"] is None
 
 
+LARGE_PARENT = """
+import subprocess, sys
+held = bytearray(int(1.2 * 2**30))
+held[::4096] = b"x" * len(held[::4096])  # resident, not only reserved
+subprocess.run([sys.executable, "-c", sys.argv[1], *sys.argv[2:]], check=False)
+"""
+
+
+def test_a_rank_started_by_a_large_parent_does_not_take_its_peak_for_its_own(tmp_path):
+    """Linux keeps ru_maxrss across exec: a rank started by a parent with 1.2 GiB resident
+    would read a peak beyond its own 1 GiB cap and call any failure out of memory."""
+    subprocess.run([sys.executable, "-c", LARGE_PARENT, FAILING_RANK, str(tmp_path), "nothing"],
+                   check=False)
+    report = json.loads((tmp_path / "rank0.json").read_text())
+    assert (report["status"], report["oom_evidence"]) == ("error", None)
+    assert report["capped_memory_peak_bytes"] < 2**30 / 4
+
+
 def test_fault_switch_is_parsed_or_refused():
     assert parse_fault("crash@1:3") == ("crash", 1, 3)
     assert parse_fault(None) is None

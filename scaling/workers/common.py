@@ -173,16 +173,18 @@ def step_time_summary(step_times: List[float]) -> Dict[str, float]:
     return {"median": statistics.median(ordered), "p95": ordered[p95_index]}
 
 
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _proc_status_bytes(field: str) -> int:
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise KeyError(field)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak RSS (VmHWM). Not ``ru_maxrss``: Linux keeps that across exec, so a
+    worker started by a large parent would report the parent's peak as its own."""
+    return _proc_status_bytes("VmHWM")
 
 
 def cpu_memory_headroom() -> Dict[str, Optional[int]]:
