@@ -237,7 +237,7 @@ SCALING_FIELDS: Dict[str, str] = {
     "loss_term": "the largest part of the step beyond the single step's compute: exposed "
                  "communication or the rest; empty at or above linear",
     "input_bound": "with data: whether the input is the bound (real-data images/sec below "
-                   "95% of synthetic, and the pipeline alone not clearly, 20%, faster than the "
+                   "95% of synthetic, and the pipeline alone not clearly, 1.5x, faster than the "
                    "real-data cell); empty on synthetic data (scaling.report.input)",
     "loader_workers_needed": "with data, when input_bound: an estimate of the loader workers "
                              "that would feed the synthetic rate, from the per-worker "

@@ -195,6 +195,18 @@ def test_horovod_cells_over_two_nodes_for_every_framework(cluster, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_data_folder_the_nodes_cannot_read_fails_the_cell_before_training(cluster, tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], data=str(tmp_path / "missing"))
+    out = tmp_path / "out"
+    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
+    [record] = read_records(out)
+    assert record["status"] == "error"
+    assert f"RuntimeError: data folder {tmp_path}/missing is not readable on n" in \
+        record["error"]
+    assert "\n" not in record["error"] and record.get("timed_images") is None
+
+
+@pytest.mark.slow
 def test_a_cell_past_its_time_limit_ends_as_timeout(cluster, tmp_path):
     """Slurm's smallest time limit is a minute: the cell hangs past it."""
     sweep = write_sweep(tmp_path / "sweep.yaml", timeout_s=3600)

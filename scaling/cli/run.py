@@ -11,6 +11,7 @@ from scaling.cli.backends import BACKENDS, backend_option
 from scaling.cli.output import console, prepare_out_dir, print_record
 from scaling.cli.options import (apply, cell_options, parse_options, pop_slurm_flags,
                                  slurm_options, watch_options, watch_settings)
+from scaling.data import check_data_dir
 from scaling.errors import EXIT_FAILED, EXIT_INFRASTRUCTURE
 from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS
@@ -95,6 +96,8 @@ def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous,
     cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
                      options=parse_options(option_pairs),
                      cores=BACKENDS.get(backend).cores(slurm), **fields)
+    if cell.data and backend == "local":
+        check_data_dir(cell.data)  # under Slurm each node checks, before training
     placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell), cell.nodes,
                                 node_rank, rendezvous, hosts.split(",") if hosts else None) \
         if backend == "local" else None

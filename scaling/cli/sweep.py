@@ -8,6 +8,7 @@ from scaling.cli.backends import BACKENDS, backend_option
 from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_slurm_flags,
                                  slurm_options, watch_options, watch_settings)
 from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
+from scaling.data import check_data_dir
 from scaling.errors import EXIT_INFRASTRUCTURE
 from scaling.execute.runner import check_resumable
 from scaling.execute.store import ResultStore
@@ -64,6 +65,8 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
     spec = load_sweep(config)
     if allow_oversubscribe:
         spec.allow_oversubscribe = True
+    if spec.data and backend == "local":
+        check_data_dir(spec.data)
     out_dir = out_dir or f"runs/{spec.name}"
     prepare_out_dir(out_dir)
     check_resumable(out_dir, resume)

@@ -34,9 +34,9 @@ def train_dir(data: str) -> str:
 
 def check_data_dir(data: str) -> List[str]:
     """The class folders of ``data``'s training tree, sorted, once it is readable here and
-    holds JPEG files; otherwise a one-line error that names the node, raised before any
-    training starts."""
-    where = f"on {socket.gethostname()}"
+    holds JPEG files; otherwise a one-line error that names the node (Slurm's name for it
+    under Slurm), raised before any training starts."""
+    where = f"on {os.environ.get('SLURMD_NODENAME') or socket.gethostname()}"
     root = train_dir(data)
     if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
         raise RuntimeError(f"data folder {data} is not readable {where}: no readable "
@@ -65,8 +65,15 @@ def shard_files(data: str, shard: int, count: int) -> List[Tuple[str, int]]:
 
 def endless(epoch: Callable[[int], Iterable]) -> Iterator:
     """The items of ``epoch(0)``, then of ``epoch(1)``, and so on: a pass that ends starts the
-    next one (a loader's sampler gets its epoch)."""
+    next one (a loader's sampler gets its epoch). A pass without a single item is an error:
+    the shard holds less than one full batch."""
     number = 0
     while True:
-        yield from epoch(number)
+        empty = True
+        for item in epoch(number):
+            empty = False
+            yield item
+        if empty:
+            raise RuntimeError("a whole pass over this process's shard of the data gave no "
+                               "batch: the shard holds fewer images than one batch")
         number += 1

@@ -1,0 +1,160 @@
+"""Real images through each framework's own input pipeline, and whether the input is the bound.
+
+A cell given ``--data DIR`` decodes and augments the JPEGs of an ImageFolder tree in its timed
+window. After the window it times its pipeline alone and the same steps on a synthetic batch;
+the report says from the three figures whether the input is the bound.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from conftest import read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_records
+
+from scaling.cli import cli
+from scaling.report.input import verdict
+from scaling.sweep import expand, parse_sweep
+
+TINY = ("--workload", "cifar10", "--image-size", "32", "--batch-size", "4", "--steps", "4",
+        "--warmup", "2", "--device-type", "cpu", "--threads-per-device", "1")
+
+
+@pytest.fixture(scope="module")
+def small_images(tmp_path_factory):
+    """24 JPEGs of 96 px in 3 classes."""
+    data = tmp_path_factory.mktemp("data") / "small"
+    scaling_cli_ok("make-data", data, "--images", 24, "--size", 96, "--classes", 3)
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework, launcher", [
+    ("torch", "torchrun"), ("tensorflow", "tf-mirrored"), ("mxnet", "mxnet-kvstore")])
+@pytest.mark.parametrize("devices", [1, 2])
+def test_each_framework_trains_on_real_images_on_one_and_two_devices(
+        small_images, tmp_path, framework, launcher, devices):
+    scaling_cli_ok("run", "--framework", framework, "--launcher", launcher, *TINY,
+                   "--devices", devices, "--data", small_images, "--loader-workers", 1,
+                   "--out", tmp_path)
+    [record] = read_records(tmp_path)
+    assert record["status"] == "ok", record["error"]
+    assert record["data"] == str(small_images) and record["loader_workers"] == 1
+    assert record["timed_images"] >= 4 * devices * 4
+    assert record["loader_images_per_sec"] > 0 and record["synthetic_images_per_sec"] > 0
+    report = scaling_cli_ok("report", tmp_path).stdout
+    assert "Real data: the cell against the same steps on a synthetic batch" in report
+    csv_header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    for field in ("data", "loader_workers", "loader_images_per_sec",
+                  "synthetic_images_per_sec", "input_bound"):
+        assert field in csv_header
+
+
+def verdict_of(tmp_path, data, *args):
+    scaling_cli_ok("run", *args, "--device-type", "cpu", "--threads-per-device", 1,
+                   "--data", data, "--out", tmp_path)
+    scaling_cli_ok("report", tmp_path)
+    [row] = [line for line in (tmp_path / "results.csv").read_text().splitlines()[1:]]
+    header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    return read_records(tmp_path)[0], dict(zip(header, row.split(",")))
+
+
+@pytest.mark.slow
+def test_a_small_model_decoding_large_images_in_its_own_process_is_input_bound(tmp_path):
+    data = tmp_path / "large"
+    scaling_cli_ok("make-data", data, "--images", 16, "--size", 1280, "--classes", 2)
+    record, row = verdict_of(tmp_path / "run", data, "--workload", "mnist_mlp",
+                             "--batch-size", 8, "--steps", 6, "--warmup", 2,
+                             "--loader-workers", 0)
+    assert record["images_per_sec"] < 0.95 * record["synthetic_images_per_sec"]
+    assert row["input_bound"] == "True"
+    assert int(row["loader_workers_needed"]) >= 2
+
+
+@pytest.mark.slow
+def test_the_same_model_at_a_large_size_fed_fast_enough_is_not_input_bound(tmp_path,
+                                                                             small_images):
+    record, row = verdict_of(tmp_path, small_images, "--workload", "mnist_mlp",
+                             "--image-size", 224, "--batch-size", 8, "--steps", 6,
+                             "--warmup", 2, "--loader-workers", 1)
+    assert record["loader_images_per_sec"] > 1.5 * record["images_per_sec"]
+    assert row["input_bound"] == "False" and row["loader_workers_needed"] == ""
+
+
+def test_a_data_folder_missing_here_is_a_one_line_error_before_anything_runs(tmp_path):
+    """Locally the folder is checked before the cell starts; under Slurm each node checks it
+    (tests/test_slurm.py)."""
+    result = CliRunner().invoke(cli, ["run", "--workload", "cifar10", "--batch-size", "4",
+                                      "--device-type", "cpu", "--data", str(tmp_path / "none"),
+                                      "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert f"data folder {tmp_path}/none is not readable on this node" in result.output
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def test_a_shard_smaller_than_one_batch_is_an_error_not_an_endless_wait(small_images, tmp_path):
+    result = scaling_cli("run", *TINY[:4], "--batch-size", 32, "--steps", 2, "--warmup", 1,
+                         "--device-type", "cpu", "--data", small_images, "--out", tmp_path)
+    assert result.returncode == 1
+    [record] = read_records(tmp_path)
+    assert record["status"] == "error"
+    assert "the shard holds fewer images than one batch" in record["error"]
+
+
+def real(status="ok", **fields):
+    return {**recorded_cell(1, fields.pop("ips"), status=status), "data": "/data",
+            "loader_workers": 1, **fields}
+
+
+@pytest.mark.parametrize("row, bound, needed", [
+    # Below synthetic, and the pipeline alone hardly faster: the model waits for images. The
+    # one worker gives 110 images/sec; 400 need four.
+    (real(ips=100.0, synthetic_images_per_sec=400.0, loader_images_per_sec=110.0), True, 4),
+    (real(ips=100.0, synthetic_images_per_sec=400.0, loader_images_per_sec=140.0), True, 3),
+    # Below synthetic, but the pipeline alone is clearly (1.5x) faster: something else is lost.
+    (real(ips=100.0, synthetic_images_per_sec=400.0, loader_images_per_sec=160.0), False,
+     None),
+    # Within 5% of synthetic: not bound, whatever the pipeline does alone.
+    (real(ips=96.0, synthetic_images_per_sec=100.0, loader_images_per_sec=96.0), False, None),
+    # At 0 workers the training process is the one worker.
+    (real(ips=50.0, synthetic_images_per_sec=200.0, loader_images_per_sec=50.0,
+          loader_workers=0), True, 4),
+])
+def test_the_verdict_reads_the_cell_against_synthetic_and_the_pipeline_alone(row, bound,
+                                                                              needed):
+    assert verdict(row) == {"input_bound": bound, "loader_workers_needed": needed}
+
+
+def test_synthetic_cells_and_failed_ones_have_no_verdict():
+    assert verdict(recorded_cell(1, 100.0))["input_bound"] is None
+    failed = real(ips=100.0, status="oom", synthetic_images_per_sec=None,
+                  loader_images_per_sec=None)
+    assert verdict(failed) == {"input_bound": None, "loader_workers_needed": None}
+
+
+def test_the_verdict_table_shows_the_three_figures_side_by_side(tmp_path):
+    out = write_records(tmp_path / "out", [
+        real(ips=100.0, synthetic_images_per_sec=400.0, loader_images_per_sec=110.0)])
+    result = CliRunner().invoke(cli, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    table = result.output.split("Real data: the cell against")[1]
+    for shown in ("real data", "100.0", "400.0", "110.0", "yes", "about 4"):
+        assert shown in table
+
+
+def test_a_sweep_over_loader_workers_makes_one_real_data_curve_per_count(tmp_path):
+    config = parse_sweep({"frameworks": {"torch": {"launchers": ["torchrun"]}},
+                          "workloads": ["cifar10"], "batch_sizes": [8], "devices": [1, 2],
+                          "device_type": "cpu", "data": str(tmp_path),
+                          "loader_workers": [0, 2]}, "test")
+    cells = [cell for cell in expand(config, cores=2) if cell.launcher == "torchrun"]
+    assert sorted((cell.devices, cell.loader_workers) for cell in cells) == [
+        (1, 0), (1, 2), (2, 0), (2, 2)]
+    assert {cell.data for cell in cells} == {str(tmp_path)}
+
+
+def test_loader_workers_without_data_or_below_zero_are_refused():
+    for args, message in ((("--loader-workers", "2"), "give --data DIR as well"),
+                          (("--data", "/d", "--loader-workers", "-1"), "non-negative")):
+        result = CliRunner().invoke(cli, ["run", "--workload", "cifar10", "--batch-size", "4",
+                                          "--device-type", "cpu", *args])
+        assert result.exit_code == 2 and message in result.output
