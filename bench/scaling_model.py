@@ -4,8 +4,10 @@ their own gradient allreduce.
 For each launcher (torch torchrun and horovod, tensorflow tf-multiworker), each run measures
 the ``single`` cell and the launcher's 2-device cell (CPU, 1 thread per device, profiled so
 that the overlap is measured), alternating the two within the run, and applies the report's
-model (``scaling.report.model``) to them. Reports each run's measured / predicted ratio, their
-median and the t interval of their mean; the target is within 10% (0.9 to 1.1).
+model (``scaling.report.model``) to them. Then the same for a torchrun cell over two nodes of
+a private Slurm cluster on this machine (one device per node), submitted as a sweep with its
+single cell. Reports each run's measured / predicted ratio, their median and the t interval of
+their mean; the target is within 10% (0.9 to 1.1).
 
     python bench/scaling_model.py --runs 3 --output bench/results/scaling_model.json
 """
@@ -13,14 +15,22 @@ median and the t interval of their mean; the target is within 10% (0.9 to 1.1).
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from benchlib import harness_record, machine
+from scaling.execute.store import ResultStore
 from scaling.launchers import default_python
 from scaling.report.model import with_predictions
 from scaling.report.tables import with_scaling
 from scaling.uncertainty import repeats_interval
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from slurmcluster import SlurmCluster  # noqa: E402  (a test helper, found through tests/)
 
 LAUNCHERS = (("torch", "torchrun"), ("torch", "horovod"), ("tensorflow", "tf-multiworker"))
 SHAPE = {"workload": "resnet50", "image_size": 64, "batch_size": 8, "steps": 12, "warmup": 3}
@@ -36,6 +46,11 @@ def one_run(framework: str, launcher: str, repeat: int, scratch: Path) -> dict:
                               repeat=repeat, profile=name != "single", python=python,
                               **SHAPE)
                for name, devices in (sides if repeat % 2 == 0 else sides[::-1])]
+    return model_fields(records)
+
+
+def model_fields(records) -> dict:
+    """The model's inputs and fields for the 2-device record of ``records``."""
     [two] = [row for row in with_predictions(with_scaling(records))
              if row["total_devices"] == 2]
     return {key: two[key] for key in (
@@ -44,24 +59,57 @@ def one_run(framework: str, launcher: str, repeat: int, scratch: Path) -> dict:
         "predicted_images_per_sec_high", "prediction_ratio", "loss_term")}
 
 
+def two_node_runs(runs: int, scratch: Path) -> list:
+    """Each run: a sweep of the single cell and a torchrun cell over two Slurm nodes, one
+    device each, under a private cluster; the model's fields for the two-node cell."""
+    results = []
+    with SlurmCluster(scratch / "slurm") as cluster:
+        for repeat in range(runs):
+            sweep = scratch / f"two-nodes-{repeat}.yaml"
+            sweep.write_text(yaml.safe_dump({
+                "name": "two-nodes", "device_type": "cpu", "workloads": [SHAPE["workload"]],
+                "frameworks": {"torch": {"launchers": ["torchrun"]}}, "devices": [1],
+                "nodes": [2], "batch_sizes": [SHAPE["batch_size"]],
+                "image_size": SHAPE["image_size"], "steps": SHAPE["steps"],
+                "warmup": SHAPE["warmup"], "threads_per_device": 1, "profile": True}))
+            out = scratch / f"two-nodes-{repeat}"
+            subprocess.run([sys.executable, "-m", "scaling", "sweep", str(sweep), "--out",
+                            str(out), "--backend", "slurm", "--wait"], check=True,
+                           env=cluster.env, capture_output=True)
+            records = ResultStore(out).records()
+            failed = [r["error"] for r in records if r["status"] != "ok"]
+            if failed:
+                raise SystemExit(f"two-node sweep: {failed}")
+            results.append(model_fields(records))
+    return results
+
+
+def summary(framework: str, launcher: str, runs: list) -> dict:
+    ratios = [run["prediction_ratio"] for run in runs]
+    print(f"{framework}/{launcher}: measured / predicted {statistics.median(ratios):.3f} "
+          f"(runs {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+    return {"framework": framework, "launcher": launcher, "runs": runs,
+            "prediction_ratios": ratios, "median_ratio": statistics.median(ratios),
+            "ratio_ci95": repeats_interval(ratios)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--output", type=Path)
+    parser.add_argument("--no-slurm", dest="slurm", action="store_false",
+                        help="leave out the two-node cell (it needs Slurm installed)")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         for framework, launcher in LAUNCHERS:
             runs = [one_run(framework, launcher, repeat, Path(scratch))
                     for repeat in range(args.runs)]
-            ratios = [run["prediction_ratio"] for run in runs]
-            results.append({"framework": framework, "launcher": launcher, "runs": runs,
-                            "prediction_ratios": ratios,
-                            "median_ratio": statistics.median(ratios),
-                            "ratio_ci95": repeats_interval(ratios)})
-            print(f"{framework}/{launcher}: measured / predicted {statistics.median(ratios):.3f} "
-                  f"(runs {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+            results.append(summary(framework, launcher, runs))
+        if args.slurm:
+            results.append(summary("torch", "torchrun over 2 Slurm nodes",
+                                   two_node_runs(args.runs, Path(scratch))))
     if args.output:
         args.output.write_text(json.dumps({
             "benchmark": "the scaling model against 2-device cells", "config": {
