@@ -127,6 +127,7 @@ def input_references(session, cell: Dict, faults: common.FaultInjector) -> Dict:
         images += next(loader)
     session.barrier()
     loader_window = {"window_s": time.perf_counter() - start, "images": images}
+    del loader  # its workers stop, rather than prefetch during the synthetic window
     session.use_synthetic()
     synthetic = timed_window(session, cell, faults)
     return {"loader_window": loader_window,

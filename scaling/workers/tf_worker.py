@@ -8,8 +8,10 @@ and compilation. Steps are not waited for one by one: at chunk boundaries the la
 results are materialized on the host, which waits for every step queued before it. Modes:
 ``forward`` runs the model with ``training=False`` and no tape; ``forward_backward`` computes
 the gradients, aggregates them over the replicas as ``apply_gradients`` would, and applies
-none. Each replica's batch is seeded by its cell-wide index. Options: ``xla``
-(``jit_compile``) and ``mixed_precision`` (the ``mixed_float16`` policy, with loss scaling).
+none. Each replica's synthetic batch is seeded by its cell-wide index; on real data
+(``scaling.workers.tf_input``) the step takes the next batch of a distributed iterator inside
+its tf.function, so that input and step are one call. Options: ``xla`` (``jit_compile``) and
+``mixed_precision`` (the ``mixed_float16`` policy, with loss scaling).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from scaling.workers import common, tf_profile
+from scaling.workers import common, tf_input, tf_profile
 from scaling.workers.compute import compute_report, tensorflow_flops_per_image
 from scaling.workers.loop import run_worker
 from scaling.workers.tf_strategies import STRATEGIES
@@ -107,7 +109,8 @@ def loss_scaling(optimizer, mixed_precision: bool):
 
 
 class TensorFlowSession:
-    """A Keras model under a tf.distribute strategy, with one synthetic batch per replica."""
+    """A Keras model under a tf.distribute strategy, stepping on the cell's real data or on one
+    synthetic batch per replica."""
 
     def __init__(self, cell: dict, report: dict, rank: int = 0):
         self.cell, self.rank, self.mode = cell, rank, cell["mode"]
@@ -137,9 +140,12 @@ class TensorFlowSession:
                 workload, cell["image_size"], self.mode),
             self.gradient_bytes, devices_sharing=cell["local_devices"]))
         self.images_per_step = cell["batch_size"] * cell["local_devices"]
-        self.strategy = strategy
-        self._make_batch(workload)
-        self._step = self._step_function(self.mode)
+        self.strategy, self.workload, self.batches = strategy, workload, None
+        if cell["data"]:
+            self.batches = tf_input.distributed_batches(tf, strategy, cell, workload.channels)
+            self._step = self._step_function(self.mode)
+        else:
+            self.use_synthetic()
         self._total, self._last = self.parallel.sum_function(strategy), None
 
     def _build_model(self, keras, strategy, workload) -> None:
@@ -183,9 +189,11 @@ class TensorFlowSession:
             mixed_precision=bool(cell["options"].get("mixed_precision")),
         )
 
-    def _make_batch(self, workload) -> None:
-        """One synthetic batch per replica, made once and seeded by the replica's index."""
+    def use_synthetic(self) -> None:
+        """From now on, every step trains on one synthetic batch per replica, made once and
+        seeded by the replica's index."""
         tf, size, batch = self.tf, self.cell["image_size"], self.cell["batch_size"]
+        workload = self.workload
 
         def synthetic(context):
             seed = [self.parallel.replica_index(context), 0]
@@ -196,20 +204,30 @@ class TensorFlowSession:
 
         self.images, self.labels = \
             self.strategy.experimental_distribute_values_from_function(synthetic)
+        self.batches = None
+        self._step = self._step_function(self.mode)
+
+    def loader_alone(self):
+        """A fresh pipeline of this process's shard, with the same workers: each batch's image
+        count, without end."""
+        return tf_input.image_counts(self.tf, self.cell, self.workload.channels)
 
     def _step_function(self, mode: str):
-        """One step in ``mode`` over every replica of the process; it returns each replica's
-        result (its loss, or in forward_backward the sum of the aggregated gradients)."""
+        """One step in ``mode`` over every replica of the process, on the next batches of
+        ``self.batches`` or else on the synthetic ones; it returns each replica's result (its
+        loss, or in forward_backward the sum of the aggregated gradients)."""
         tf, strategy = self.tf, self.strategy
         replica_step = tf.function(lambda images, labels: self._replica_step(mode, images, labels),
                                    jit_compile=bool(self.cell["options"].get("xla")))
 
-        @tf.function
-        def step():
+        def run(images, labels):
             return strategy.experimental_local_results(
-                strategy.run(replica_step, args=(self.images, self.labels)))
+                strategy.run(replica_step, args=(images, labels)))
 
-        return step
+        if self.batches is None:
+            return tf.function(lambda: run(self.images, self.labels))
+        step = tf.function(lambda batches: run(*next(batches)))
+        return lambda: step(self.batches)
 
     def _replica_step(self, mode: str, images, labels):
         tf, model = self.tf, self.model
