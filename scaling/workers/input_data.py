@@ -1,8 +1,9 @@
 """Real images for a cell with ``data``: what every framework's input pipeline shares.
 
 A data folder is an ImageFolder tree, ``DIR/train/<class>/<n>.jpg`` (``scaling make-data``
-writes one). Each process of a cell reads its own shard of the files: every ``count``-th file
-from its ``shard`` index on, in sorted order. Every framework applies the same augmentation with
+writes one). Each process of a cell reads its own shard of the files, cut by the framework's
+own tool: torch's ``DistributedSampler``, Gluon's ``Dataset.shard``, and for tf.data
+:func:`shard_files` (every ``count``-th file from the process's index on). Every framework applies the same augmentation with
 its own standard pipeline: a random resized crop to the cell's image size, a horizontal flip,
 and normalisation by the ImageNet mean and deviation (grey images: their mean). A window longer
 than a shard goes round it again (:func:`endless`).

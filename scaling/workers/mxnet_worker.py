@@ -1,23 +1,24 @@
 """One MXNet process driving N contexts: ``python -m scaling.workers.mxnet_worker CELL_DIR``.
 
 Runs under MXNet's own interpreter, so it imports only the standard library, MXNet and the
-workload definitions. The global batch is split across contexts once with ``split_and_load``.
-MXNet's engine is asynchronous: steps are queued, and ``mx.nd.waitall()`` at chunk boundaries
-waits for them; errors raised inside the engine surface there, inside the report. The cell's
+workload definitions. On synthetic data each context holds one batch of its own, seeded by its
+cell-wide replica index; on real data (``scaling.workers.mxnet_input``) a step takes the
+loader's next process batch and splits it over the contexts with ``split_and_load``. MXNet's
+engine is asynchronous: steps are queued, and ``mx.nd.waitall()`` at chunk boundaries waits for
+them; errors raised inside the engine surface there, inside the report. The cell's
 ``data_parallel`` picks the mechanism: ``kvstore`` (one process over all contexts, a kvstore
 Trainer) or ``horovod`` (one Horovod rank per context, ``hvd.DistributedTrainer`` after a
 broadcast of the parameters). Option ``amp``: ``mxnet.contrib.amp`` with
 float16 on GPU and bfloat16 on CPU, with a dynamic loss scale. Modes: ``forward`` runs the
 network outside ``autograd.record``; ``forward_backward`` computes gradients and aggregates them
-(``allreduce_grads``, whose kvstore then keeps no optimizer) without an update. Each context's
-batch is seeded by its cell-wide replica index.
+(``allreduce_grads``, whose kvstore then keeps no optimizer) without an update.
 """
 
 from __future__ import annotations
 
 import numpy
 
-from scaling.workers import common
+from scaling.workers import common, mxnet_input
 from scaling.workers.compute import compute_report
 from scaling.workers.loop import run_worker
 
@@ -131,8 +132,11 @@ class MxnetSession:
         workload = get_workload(cell["workload"])
         self.images_per_step = cell["batch_size"] * len(self.contexts)
         self._build_model(gluon, cell, workload)
-        self._make_batch(cell["batch_size"], cell["image_size"], workload)
-        self.cell = cell
+        self.cell, self.workload, self.batches = cell, workload, None
+        if cell["data"]:
+            self.batches = mxnet_input.context_batches(self._loader(), self.contexts)
+        else:
+            self.use_synthetic()
         report.update(
             versions={"mxnet": mx.__version__, "cuda": mx.runtime.Features().is_enabled("CUDA"),
                       **self.parallel.versions},
@@ -163,13 +167,29 @@ class MxnetSession:
             self.labels.append(mx.nd.random.randint(
                 0, workload.classes, shape=(batch,), ctx=context).astype("float32"))
 
+    def _loader(self):
+        """A fresh loader of this process's shard, a batch for each of its contexts."""
+        return mxnet_input.data_loader(self.cell, self.workload.channels, len(self.contexts),
+                                       self.parallel.first_gpu)
+
+    def use_synthetic(self) -> None:
+        """From now on, every step trains on one synthetic batch per context."""
+        self._make_batch(self.cell["batch_size"], self.cell["image_size"], self.workload)
+        self.batches = None
+
+    def loader_alone(self):
+        """A fresh loader of this process's shard, with the same workers: each batch's image
+        count, without end."""
+        return mxnet_input.image_counts(self._loader())
+
     def step(self) -> None:
+        images, labels = next(self.batches) if self.batches else (self.images, self.labels)
         if self.mode == "forward":
-            for x in self.images:
+            for x in images:
                 self.net(x)
             return
         with self.autograd.record():
-            losses = [self.loss_fn(self.net(x), y) for x, y in zip(self.images, self.labels)]
+            losses = [self.loss_fn(self.net(x), y) for x, y in zip(images, labels)]
             if self.amp:
                 with self.amp.scale_loss(losses, self.trainer) as scaled:
                     losses = scaled
