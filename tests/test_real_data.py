@@ -141,6 +141,17 @@ def test_the_verdict_table_shows_the_three_figures_side_by_side(tmp_path):
         assert shown in table
 
 
+def test_the_html_report_has_the_real_data_table(tmp_path):
+    out = write_records(tmp_path / "out", [
+        real(ips=100.0, synthetic_images_per_sec=400.0, loader_images_per_sec=110.0)])
+    assert CliRunner().invoke(cli, ["report", str(out), "--html"]).exit_code == 0
+    page = (out / "report.html").read_text()
+    table = page.split('<table class="input">')[1].split("</table>")[0]
+    for shown in ("Real data: the cell against", "input-bound", "100.0", "400.0", "110.0",
+                  "<td>yes</td>", "about 4"):
+        assert shown in table
+
+
 def test_a_sweep_over_loader_workers_makes_one_real_data_curve_per_count(tmp_path):
     config = parse_sweep({"frameworks": {"torch": {"launchers": ["torchrun"]}},
                           "workloads": ["cifar10"], "batch_sizes": [8], "devices": [1, 2],
