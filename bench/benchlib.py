@@ -22,7 +22,7 @@ def alternating(runs: int, sides, measure, label: str = "") -> dict:
         for side in (sides if repeat % 2 == 0 else sides[::-1]):
             figures[side].append(measure(side, repeat))
         print(f"{label} run {repeat}: " + ", ".join(
-            f"{side if isinstance(side, str) else '/'.join(side)} {values[-1]:.2f}"
+            f"{'/'.join(map(str, side)) if isinstance(side, tuple) else side} {values[-1]:.2f}"
             for side, values in figures.items()), flush=True)
     return figures
 
