@@ -3,7 +3,9 @@
 ``--framework torch``: harness torchrun cell against ``plain_ddp.py`` (DDP under torchrun).
 ``--framework tensorflow``: harness tf-mirrored cell against ``plain_keras.py`` (Keras with
 MirroredStrategy). ``--framework mxnet``: harness mxnet-kvstore cell against ``plain_gluon.py``
-(Gluon over N CPU contexts, kvstore local), both under MXNet's interpreter. Runs the two alternately, ``--runs`` times each, and reports the median of
+(Gluon over N CPU contexts, kvstore local), both under MXNet's interpreter. ``--framework
+jax``: harness jax cell against ``plain_jax.py`` (one ``jax.jit`` step over a device mesh).
+Runs the two alternately, ``--runs`` times each, and reports the median of
 each and the ratio of medians (harness / plain). Target: ratio >= 0.97.
 
     python bench/overhead.py --framework torch --output bench/results/torch_overhead.json
@@ -25,7 +27,7 @@ from scaling.frameworks import get_framework
 HERE = Path(__file__).resolve().parent
 
 
-PLAIN = {"torch": "torchrun", "tensorflow": "tf-mirrored", "mxnet": "mxnet-kvstore"}
+PLAIN = {"torch": "torchrun", "tensorflow": "tf-mirrored", "mxnet": "mxnet-kvstore", "jax": "jax"}
 
 
 def plain_run(args, threads: int, scratch: Path) -> float:
@@ -39,6 +41,7 @@ def plain_run(args, threads: int, scratch: Path) -> float:
     else:
         script, python = {
             "tensorflow": ("plain_keras.py", sys.executable),
+            "jax": ("plain_jax.py", sys.executable),
             "mxnet": ("plain_gluon.py", get_framework("mxnet").default_python()),
         }[args.framework]
         argv = [python, str(HERE / script), args.workload, str(args.devices), *shape]

@@ -80,6 +80,7 @@ print(json.dumps(out))
 
 FRAMEWORK_PACKAGES = [
     "torch", "torchvision", "tensorflow", "tensorflow-cpu", "keras", "mxnet", "horovod", "numpy",
+    "jax", "jaxlib", "flax", "optax",
 ]
 
 

@@ -59,7 +59,8 @@ def test_torchrun_on_two_cpu_devices_writes_one_line_per_size(out_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("framework,launcher", [
     ("torch", "horovod"), ("tensorflow", "tf-mirrored"), ("tensorflow", "tf-multiworker"),
-    ("tensorflow", "horovod"), ("mxnet", "mxnet-kvstore"), ("mxnet", "horovod")])
+    ("tensorflow", "horovod"), ("mxnet", "mxnet-kvstore"), ("mxnet", "horovod"),
+    ("jax", "jax"), ("jax", "jax-distributed")])
 def test_each_launchers_own_collective_sums_over_two_devices(out_dir, framework, launcher):
     scaling_cli_ok("allreduce", "--framework", framework, "--launcher", launcher,
                    "--devices", 2, "--device-type", "cpu", "--sizes", "4KiB,256KiB,4MiB",

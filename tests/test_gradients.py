@@ -18,6 +18,7 @@ LAUNCHERS = [
     ("tensorflow", "tf-mirrored"), ("tensorflow", "tf-multiworker"),
     pytest.param("tensorflow", "horovod", marks=pytest.mark.slow),
     ("mxnet", "mxnet-kvstore"), ("mxnet", "horovod"),
+    ("jax", "jax"), ("jax", "jax-distributed"),
 ]
 """Every (framework, launcher) that runs two devices on this machine's CPU (TensorFlow under
 Horovod takes over 10 s)."""

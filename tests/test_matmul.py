@@ -90,7 +90,7 @@ def test_with_both_devices_there_are_both_plots():
 @pytest.mark.parametrize("args, message", [
     (("--sizes", "ten"), "--sizes takes positive matrix sides such as 10,100,1000, got 'ten'"),
     (("--device-type", "gpu"), "--device-type gpu: this machine has no GPU"),
-    (("--framework", "jax"), "unknown matmul framework 'jax'; valid: torch, tensorflow"),
+    (("--framework", "mxnet"), "unknown matmul framework 'mxnet'; valid: torch, tensorflow, jax"),
 ])
 def test_bad_input_is_a_one_line_error(tmp_path, args, message):
     result = scaling_cli("matmul", *args, "--out", tmp_path)

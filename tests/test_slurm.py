@@ -195,6 +195,20 @@ def test_horovod_cells_over_two_nodes_for_every_framework(cluster, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_jax_distributed_cell_over_two_nodes(cluster, tmp_path):
+    pytest.importorskip("jax", reason="JAX is not installed (pip install -e '.[jax]')")
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], frameworks={
+        "jax": {"launchers": ["jax-distributed"]}})
+    out = tmp_path / "out"
+    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
+    [record] = read_records(out)
+    assert record["status"] == "ok", record["error"]
+    assert record["timed_images"] == 4 * 2 * record["steps_timed"]
+    assert {n["node"] for n in record["slurm"]["nodes"]} == {"n1", "n2"}
+    assert len(record["peak_memory_bytes_per_rank"]) == 2
+
+
+@pytest.mark.slow
 def test_a_data_folder_the_nodes_cannot_read_fails_the_cell_before_training(cluster, tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], data=str(tmp_path / "missing"))
     out = tmp_path / "out"

@@ -12,11 +12,12 @@ from scaling import hardware
 from scaling.cli.output import console, prepare_out_dir
 from scaling.errors import ScalingError, positive_int
 from scaling.execute.store import ResultStore
+from scaling.workers.matmul_worker import KERNELS
 
 
 @click.command()
 @click.option("--framework", "frameworks", default="torch", show_default=True,
-              help="Comma-separated: torch, tensorflow.")
+              help=f"Comma-separated: {', '.join(KERNELS)}.")
 @click.option("--sizes", help="Comma-separated matrix sides [default: the reference's 10, 50, "
                               "100, 200, ..., 1000, 2000, ..., 20000], capped by memory.")
 @click.option("--device-type", "device_types",

@@ -27,9 +27,10 @@ from scaling.execute.processes import worker_env
 from scaling.execute.run import provenance
 from scaling.execute.store import ResultStore
 from scaling.frameworks import get_framework, missing_framework
+from scaling.workers.matmul_worker import KERNELS
 
 REFERENCE_SIZES = [10, 50, 100, *range(200, 1001, 100), *range(2000, 20001, 1000)]
-FRAMEWORKS = ("torch", "tensorflow")
+FRAMEWORKS = tuple(KERNELS)
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 MATMUL_FILE = "matmul.csv"
 MATMUL_COLUMNS = ["framework", "device", "device_name", "n", "dtype", "seconds", "tflops",

@@ -40,6 +40,10 @@ class Framework:
     """The project's virtualenv for this framework, relative to the project root."""
     min_memory_limit: int = 0
     """The smallest CPU memory cap under which a worker starts and trains a tiny model."""
+    reads_data: bool = True
+    """Whether its workers read real images (``--data``) through an input pipeline."""
+    colour: str = "#7f7f7f"
+    """The framework's colour in every figure."""
     flops_from_torch: bool = False
     """Whether the harness counts FLOPs with torch's counter on the same architecture (for a
     framework without a counter of its own); otherwise the worker counts them."""
@@ -83,4 +87,4 @@ def missing_framework(name: str, python: str) -> Optional[str]:
                  f"{framework.module} is not installed for {python}", framework.install_hint)
 
 
-from scaling.frameworks import mxnet, pytorch, tensorflow  # noqa: E402,F401  (registration)
+from scaling.frameworks import jax, mxnet, pytorch, tensorflow  # noqa: E402,F401  (registration)

@@ -21,4 +21,5 @@ register_framework(Framework(
     # Measured with MXNet 1.9.1: 384 MiB crashed at start-up.
     min_memory_limit=512 * 2**20,
     flops_from_torch=True,
+    colour="#1f77b4",
 ))

@@ -126,4 +126,4 @@ def check_options(launcher: Launcher, framework: str, options: Dict) -> None:
 
 
 # Registration:
-from scaling.launchers import horovod, mxnet, single, tensorflow, torchrun  # noqa: E402,F401
+from scaling.launchers import horovod, jax, mxnet, single, tensorflow, torchrun  # noqa: E402,F401

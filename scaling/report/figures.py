@@ -19,14 +19,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from scaling.frameworks import FRAMEWORKS, get_framework  # noqa: E402
 from scaling.report.tables import (cell_summary, curve_label, series_key,  # noqa: E402
                                    workload_groups)
 from scaling.units import format_bytes  # noqa: E402
 
-FRAMEWORK_COLOURS = {"torch": "#d62728", "tensorflow": "#ff7f0e", "mxnet": "#1f77b4"}
-"""One colour per framework, the same in every figure."""
-
-_SPARE_COLOURS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+_SPARE_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#17becf")
+"""Colours of frameworks that records name but this installation does not register."""
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 _LINESTYLES = ("-", "-.", ":")
 _HATCHES = ("", "//", "..", "xx")
@@ -34,10 +33,11 @@ LINEAR_STYLE = {"linestyle": "--", "color": "grey", "linewidth": 1}
 
 
 def framework_colour(framework: str) -> str:
-    """The framework's colour; a variant (``tensorflow@tf215``) keeps its framework's."""
+    """The framework's registered colour, the same in every figure; a variant
+    (``tensorflow@tf215``) keeps its framework's."""
     framework = framework.split("@")[0]
-    if framework in FRAMEWORK_COLOURS:
-        return FRAMEWORK_COLOURS[framework]
+    if framework in FRAMEWORKS:
+        return get_framework(framework).colour
     return _SPARE_COLOURS[sum(map(ord, framework)) % len(_SPARE_COLOURS)]
 
 

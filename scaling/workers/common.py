@@ -32,7 +32,7 @@ FAULT_KINDS = ("crash", "hang", "error")
 _OOM_TYPES = {"OutOfMemoryError", "ResourceExhaustedError", "MemoryError"}
 _OOM_PATTERNS = re.compile(
     r"out of memory|can't allocate memory|cannot allocate memory|failed to allocate|"
-    r"memory allocation failed|std::bad_alloc|OOM when allocating|ResourceExhausted",
+    r"memory allocation failed|std::bad_alloc|OOM when allocating|Resource_?Exhausted",
     re.IGNORECASE,
 )
 

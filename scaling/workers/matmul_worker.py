@@ -6,7 +6,7 @@ host. The sum is checked against its closed form, sum_k (sum_i a_ik)^2, computed
 from A's column sums, so a wrong kernel is caught. ``SCALING_MATMUL_FAULT=wrong-product``
 multiplies A by A instead (fault injection, for the check's own test).
 
-Standard library plus the framework named in the spec (torch or tensorflow).
+Standard library plus the framework named in the spec (torch, tensorflow or jax).
 """
 
 from __future__ import annotations
@@ -76,7 +76,38 @@ def tensorflow_kernel(device_type: str, dtype: str
     return make, product_sum, to_host, device, {"tensorflow": tf.__version__}
 
 
-KERNELS = {"torch": torch_kernel, "tensorflow": tensorflow_kernel}
+def jax_kernel(device_type: str, dtype: str) -> Tuple[Callable, Callable, Callable, str, Dict]:
+    import jax
+
+    if dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    device = jax.local_devices(backend="gpu" if device_type == "gpu" else "cpu")[0]
+    wrong = os.environ.get(FAULT_ENV) == "wrong-product"
+    total = jnp.float64 if dtype == "float64" else jnp.float32
+
+    def make(n: int):
+        key = jax.device_put(jax.random.key(0), device)
+        return jax.random.uniform(key, (n, n), dtype=getattr(jnp, dtype))
+
+    @jax.jit
+    def product(a):
+        return jnp.sum(a @ (a if wrong else a.T), dtype=total)
+
+    def product_sum(a) -> float:
+        return float(product(a))
+
+    def to_host(a):
+        import numpy
+
+        return numpy.asarray(a.astype(total), dtype=numpy.float64)
+
+    return make, product_sum, to_host, device.device_kind, {"jax": jax.__version__}
+
+
+KERNELS = {"torch": torch_kernel, "tensorflow": tensorflow_kernel, "jax": jax_kernel}
+"""Each framework's kernel, by the framework's registered name."""
 
 
 def closed_form(matrix) -> float:

@@ -1,0 +1,125 @@
+"""The Flax NNX workloads (``workloads.flax_models``) match the PyTorch definitions: parameter
+counts, logits at the smallest inputs torch accepts, and the outputs themselves given torch's
+weights."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from test_tensorflow_runs import trainable_parameters
+from workloads import WORKLOADS
+
+MODELS = "workloads.flax_models"
+BATCH_NORM = ("googlenet", "resnet50", "inception_v3")
+"""The workloads with batch norm, whose many initialisers take CPU seconds to compile."""
+
+
+def flax_parameters(model) -> int:
+    return sum(leaf.size for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+@pytest.mark.slow
+def test_parameter_counts_equal_pytorchs_and_logits_have_the_classes_at_the_nominal_size():
+    counts = {}
+    for workload in WORKLOADS.values():
+        size, classes = workload.input_size, workload.classes
+        model = nnx.eval_shape(lambda: workload.builder(MODELS)(size, classes))
+        counts[workload.name] = flax_parameters(model)
+        images = jax.ShapeDtypeStruct((2, size, size, workload.channels), jnp.float32)
+        assert nnx.eval_shape(lambda m, x: m(x), model, images).shape == (2, classes)
+    assert counts == trainable_parameters("torch")
+    assert counts["alexnet"] == 61_100_840 and counts["mnist_mlp"] == 2_797_010
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.slow) if name in BATCH_NORM else name
+    for name in WORKLOADS])
+def test_each_workload_trains_and_evaluates_at_its_smallest_input(name):
+    """Training mode updates the batch-norm statistics; evaluation mode leaves them and is
+    deterministic."""
+    workload = WORKLOADS[name]
+    size = workload.min_image_size
+    model = workload.builder(MODELS)(size, 5)
+    images = jax.random.normal(jax.random.key(0), (2, size, size, workload.channels))
+    forward = nnx.jit(lambda model, images: model(images))
+    stats = jax.tree.leaves(nnx.state(model, nnx.BatchStat))
+    assert bool(stats) == (name in BATCH_NORM)
+    logits = forward(model, images)
+    assert logits.shape == (2, 5) and bool(jnp.isfinite(logits).all())
+    updated = jax.tree.leaves(nnx.state(model, nnx.BatchStat))
+    assert not any(np.allclose(a, b) for a, b in zip(stats, updated))
+    model.eval()
+    np.testing.assert_array_equal(forward(model, images), forward(model, images))
+    for before, after in zip(updated, jax.tree.leaves(nnx.state(model, nnx.BatchStat))):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_local_response_norm_is_tensorflows():
+    from workloads.flax_models import local_response_norm
+
+    x = np.random.default_rng(0).standard_normal((1, 2, 2, 12)).astype("float32") * 10
+    padded = np.pad(x * x, ((0, 0), (0, 0), (0, 0), (4, 4)))
+    sums = np.stack([padded[..., c:c + 9].sum(-1) for c in range(12)], -1)
+    expected = x / (1 + 0.001 / 9 * sums) ** 0.75
+    np.testing.assert_allclose(local_response_norm(jnp.asarray(x)), expected, rtol=1e-5)
+
+
+def _copy_torch_weights(torch_model, flax_model, flatten_chw=None) -> None:
+    """Copies each torch convolution, linear and batch-norm layer into the Flax layer in the same
+    place, after randomising torch's batch-norm parameters and statistics. ``flatten_chw``: the
+    (channels, height, width) that the first linear layer flattens, whose rows Flax orders by
+    (height, width, channels)."""
+    import torch
+
+    kinds = {torch.nn.Conv2d: nnx.Conv, torch.nn.Linear: nnx.Linear,
+             torch.nn.BatchNorm2d: nnx.BatchNorm}
+    layers = [m for m in torch_model.modules() if type(m) in kinds]
+    flax_layers = [m for _, m in nnx.iter_modules(flax_model) if type(m) in kinds.values()]
+    assert [kinds[type(m)] for m in layers] == [type(m) for m in flax_layers]
+    generator = torch.Generator().manual_seed(0)
+    for layer, flax_layer in zip(layers, flax_layers):
+        weight = layer.weight.detach()
+        if isinstance(layer, torch.nn.BatchNorm2d):
+            assert flax_layer.epsilon == layer.eps
+            for tensor in (layer.weight, layer.bias, layer.running_mean, layer.running_var):
+                tensor.data = torch.rand(tensor.shape, generator=generator) + 0.5
+            flax_layer.scale[...] = jnp.asarray(layer.weight.detach().numpy())
+            flax_layer.mean[...] = jnp.asarray(layer.running_mean.numpy())
+            flax_layer.var[...] = jnp.asarray(layer.running_var.numpy())
+        elif isinstance(layer, torch.nn.Conv2d):
+            flax_layer.kernel[...] = jnp.asarray(weight.numpy().transpose(2, 3, 1, 0))
+        else:
+            if flatten_chw:
+                weight = weight.reshape(-1, *flatten_chw).permute(0, 2, 3, 1).flatten(1)
+                flatten_chw = None
+            flax_layer.kernel[...] = jnp.asarray(weight.numpy().T)
+        if layer.bias is not None:
+            flax_layer.bias[...] = jnp.asarray(layer.bias.detach().numpy())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, size, flatten_chw", [
+    ("alexnet", 63, (256, 6, 6)), ("googlenet", 33, None), ("resnet50", 33, None),
+    ("inception_v3", 75, None), ("cifar10", 13, (64, 4, 4)), ("mnist_mlp", 28, None),
+])
+def test_evaluation_outputs_equal_pytorchs_given_its_weights(name, size, flatten_chw):
+    """Odd sides, where TensorFlow's SAME pooling in the CIFAR-10 network pads as torch does."""
+    import torch
+
+    from workloads import torch_models
+
+    workload = WORKLOADS[name]
+    torch_model = getattr(torch_models, name)(size, workload.classes).eval()
+    flax_model = workload.builder(MODELS)(size, workload.classes)
+    flax_model.eval()
+    _copy_torch_weights(torch_model, flax_model, flatten_chw)
+    images = np.random.default_rng(0).standard_normal((2, size, size, workload.channels),
+                                                      dtype=np.float32)
+    with torch.no_grad():
+        expected = torch_model(torch.from_numpy(images.transpose(0, 3, 1, 2))).numpy()
+    logits = np.asarray(flax_model(jnp.asarray(images)))
+    assert np.abs(logits - expected).max() <= 1e-4 * np.abs(expected).max()
