@@ -15,7 +15,8 @@ pytest.importorskip("jax", reason="JAX is not installed (pip install -e '.[jax]'
 
 WORKLOAD_SIZES = [("alexnet", 63), ("googlenet", 32), ("resnet50", 32), ("inception_v3", 75),
                   ("cifar10", 32), ("mnist_mlp", 28)]
-PARALLEL = ["jax", "jax-distributed"]
+PARALLEL = ["jax", pytest.param("jax-distributed", marks=pytest.mark.slow)]
+"""The parallel launchers; starting two processes and their coordinator takes over 10 s."""
 
 
 def run_jax(out_dir, launcher="jax", workload="cifar10", devices=1, batch=4, size=16, steps=4,
