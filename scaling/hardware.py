@@ -78,17 +78,12 @@ for name in sys.argv[1:]:
 print(json.dumps(out))
 """
 
-FRAMEWORK_PACKAGES = [
-    "torch", "torchvision", "tensorflow", "tensorflow-cpu", "keras", "mxnet", "horovod", "numpy",
-    "jax", "jaxlib", "flax", "optax",
-]
-
-
-def installed_versions(python: str) -> Optional[Dict[str, str]]:
-    """Package versions as seen by the interpreter ``python``; None if it cannot run."""
+def installed_versions(python: str, packages: List[str]) -> Optional[Dict[str, str]]:
+    """Versions of the installed ones of ``packages`` (distribution names) as seen by the
+    interpreter ``python``; None if it cannot run."""
     try:
         out = subprocess.run(
-            [python, "-c", _VERSION_PROBE, *FRAMEWORK_PACKAGES],
+            [python, "-c", _VERSION_PROBE, *packages],
             capture_output=True, text=True, timeout=60, check=True,
         ).stdout
         return json.loads(out)

@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Dict, List
 
 import pytest
+from click.testing import CliRunner
 from conftest import check_images_per_sec, rank_reports, scaling_cli_ok
 
 from scaling.cell import make_cell
+from scaling.cli import cli
 from scaling.errors import ScalingError
 from scaling.execute.run import run_and_record
 from scaling.execute.store import ResultStore
@@ -86,3 +88,12 @@ def test_a_launcher_must_name_its_data_parallel_mechanism():
     with pytest.raises(ValueError, match="launcher 'nameless' names no data_parallel mechanism"):
         register_launcher(Nameless)
     assert "nameless" not in LAUNCHERS
+
+
+def test_scaling_devices_lists_the_packages_each_framework_and_launcher_registers():
+    """`scaling devices` shows, per interpreter, the versions of the distributions that the
+    registry entries name: the core names none of them."""
+    listing = CliRunner().invoke(cli, ["devices"], terminal_width=200)
+    assert listing.exit_code == 0, listing.output
+    for package in ("torch", "torchvision", "jax", "flax", "optax", "mxnet", "numpy"):
+        assert f" {package} " in listing.output, package

@@ -37,10 +37,14 @@ def devices():
     table = Table(title="Frameworks")
     for header in ("interpreter", "package", "version"):
         table.add_column(header)
-    pythons = dict.fromkeys(default_python(name, launcher) for name in FRAMEWORKS
-                            for launcher in launchers_of(name))
-    for python in pythons:
-        versions = hardware.installed_versions(python)
+    pythons: dict = {}
+    for name in FRAMEWORKS:
+        for launcher in launchers_of(name):
+            packages = pythons.setdefault(default_python(name, launcher), {"numpy": None})
+            packages.update(dict.fromkeys(FRAMEWORKS.get(name).packages +
+                                          get_launcher(launcher).packages))
+    for python, packages in pythons.items():
+        versions = hardware.installed_versions(python, list(packages))
         if versions is None:
             table.add_row(python, "-", "not found")
         for package, version in (versions or {}).items():

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from scaling import PROJECT_ROOT
 from scaling.registry import Registry
@@ -42,6 +42,8 @@ class Framework:
     """The smallest CPU memory cap under which a worker starts and trains a tiny model."""
     reads_data: bool = True
     """Whether its workers read real images (``--data``) through an input pipeline."""
+    packages: Tuple[str, ...] = ()
+    """Distributions whose versions ``scaling devices`` shows under the workers' interpreter."""
     colour: str = "#7f7f7f"
     """The framework's colour in every figure."""
     flops_from_torch: bool = False

@@ -20,5 +20,6 @@ register_framework(Framework(
     # its threads; 640 MiB trained cifar10.
     min_memory_limit=640 * 2**20,
     reads_data=False,
+    packages=("jax", "jaxlib", "flax", "optax"),
     colour="#2ca02c",
 ))

@@ -19,5 +19,6 @@ register_framework(Framework(
     },
     # Measured: the torch 2.14 build's libraries take most of it; 896 MiB failed to start.
     min_memory_limit=2**30,
+    packages=("torch", "torchvision"),
     colour="#d62728",
 ))

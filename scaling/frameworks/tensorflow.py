@@ -13,5 +13,6 @@ register_framework(Framework(
     env={"TF_CPP_MIN_LOG_LEVEL": "1", "KERAS_BACKEND": "tensorflow"},
     # The cap is the BFC allocator's, which the start-up does not use; 64 MiB trains cifar10.
     min_memory_limit=64 * 2**20,
+    packages=("tensorflow", "tensorflow-cpu", "keras"),
     colour="#ff7f0e",
 ))

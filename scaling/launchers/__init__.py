@@ -33,6 +33,8 @@ class Launcher:
     venvs: Dict[str, str] = {}
     """Frameworks whose workers run under another of the project's virtualenvs when this
     launcher starts them: framework -> virtualenv, relative to the project root."""
+    packages: Tuple[str, ...] = ()
+    """Distributions of its own whose versions ``scaling devices`` shows."""
     bucket_bytes: Optional[int] = None
     """The size up to which the mechanism packs gradients into one allreduce (DDP's buckets,
     Horovod's fusion buffer), at its default; None where it sends each tensor on its own."""
