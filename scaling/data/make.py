@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 from scaling.data.check import FORMAT, MANIFEST, check_data_dir, read_manifest
-from scaling.errors import ScalingError
+from scaling.errors import ScalingError, positive_int
 
 MIN_SIZE, MAX_SIZE = 8, 4096
 MIN_QUALITY, MAX_QUALITY = 1, 95
@@ -41,9 +41,7 @@ class DataSpec:
     def check(self) -> "DataSpec":
         """The spec itself, or a one-line error that names the valid values."""
         for name in ("images", "classes"):
-            value = getattr(self, name)
-            if value <= 0:
-                raise ScalingError(f"--{name} must be a positive integer, got {value}")
+            positive_int(f"--{name}", getattr(self, name))
         if not MIN_SIZE <= self.size <= MAX_SIZE:
             raise ScalingError(f"--size must be between {MIN_SIZE} and {MAX_SIZE} pixels, "
                                f"got {self.size}")

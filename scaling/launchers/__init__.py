@@ -105,6 +105,39 @@ def thread_env(threads: int) -> Dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
+class OneProcessPerNode(Launcher):
+    """One process drives every device of its node, with all of their threads (a mirrored
+    strategy, a JAX mesh)."""
+
+    def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
+        return worker_argv(python, cell, cell_dir)
+
+    def ranks_per_node(self, cell) -> int:
+        return 1
+
+    def env(self, cell, placement) -> Dict[str, str]:
+        return thread_env(cell.threads_per_device * cell.devices)
+
+
+class SpawnedPerDevice(Launcher):
+    """One process per CPU device, or one per node holding all of its GPUs, started by the
+    harness's spawner (``scaling.workers.spawn``) with every rank's endpoint."""
+
+    multi_node = True
+    spawn_flags: Tuple[str, ...] = ()
+    """The spawner's flags for this launcher's environment, before the ranks' endpoints."""
+
+    def ranks_per_node(self, cell) -> int:
+        return 1 if cell.device_type == "gpu" else cell.devices
+
+    def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
+        return [python, "-m", "scaling.workers.spawn", *self.spawn_flags,
+                "--workers", ",".join(placement.rank_endpoints()),
+                "--first-rank", str(placement.first_rank),
+                "--processes", str(placement.ranks_per_host), "--",
+                *worker_argv(python, cell, cell_dir)]
+
+
 def valid_options(launcher: Launcher, framework: str) -> Dict[str, object]:
     """The options a cell of ``framework`` under ``launcher`` takes: the framework's and the
     launcher's own, each a type or a tuple of the valid values."""

@@ -13,44 +13,25 @@ harness's spawner gives each process its rank and the world size.
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict
 
-from scaling.launchers import Launcher, register_launcher, thread_env, worker_argv
+from scaling.launchers import (OneProcessPerNode, SpawnedPerDevice, register_launcher,
+                               thread_env)
 from scaling.workers.jax_parallel import COORDINATOR_ENV
 
 
 @register_launcher
-class JaxMesh(Launcher):
+class JaxMesh(OneProcessPerNode):
     name = "jax"
     frameworks = ("jax",)
     data_parallel = "mesh"
 
-    def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
-        return worker_argv(python, cell, cell_dir)
-
-    def ranks_per_node(self, cell) -> int:
-        return 1
-
-    def env(self, cell, placement) -> Dict[str, str]:
-        return thread_env(cell.threads_per_device * cell.devices)
-
 
 @register_launcher
-class JaxDistributed(Launcher):
+class JaxDistributed(SpawnedPerDevice):
     name = "jax-distributed"
     frameworks = ("jax",)
     data_parallel = "distributed"
-    multi_node = True
-
-    def ranks_per_node(self, cell) -> int:
-        return 1 if cell.device_type == "gpu" else cell.devices
-
-    def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
-        return [python, "-m", "scaling.workers.spawn",
-                "--workers", ",".join(placement.rank_endpoints()),
-                "--first-rank", str(placement.first_rank),
-                "--processes", str(placement.ranks_per_host), "--",
-                *worker_argv(python, cell, cell_dir)]
 
     def env(self, cell, placement) -> Dict[str, str]:
         devices = cell.devices if cell.device_type == "gpu" else 1
