@@ -4,7 +4,8 @@ their own gradient allreduce.
 For each launcher (torch torchrun and horovod, tensorflow tf-multiworker), each run measures
 the ``single`` cell and the launcher's 2-device cell (CPU, 1 thread per device, profiled so
 that the overlap is measured), alternating the two within the run, and applies the report's
-model (``scaling.report.model``) to them. Then the same for a torchrun cell over two nodes of
+model (``scaling.report.model``) to them, with the contention timed in both cells and, for
+comparison, without it. Then the same for a torchrun cell over two nodes of
 a private Slurm cluster on this machine (one device per node), submitted as a sweep with its
 single cell. Reports each run's measured / predicted ratio, their median and the t interval of
 their mean; the target is within 10% (0.9 to 1.1).
@@ -50,13 +51,19 @@ def one_run(framework: str, launcher: str, repeat: int, scratch: Path) -> dict:
 
 
 def model_fields(records) -> dict:
-    """The model's inputs and fields for the 2-device record of ``records``."""
+    """The model's inputs and fields for the 2-device record of ``records``, and its ratio
+    had the contention not been timed."""
     [two] = [row for row in with_predictions(with_scaling(records))
              if row["total_devices"] == 2]
-    return {key: two[key] for key in (
+    untimed = [{**record, "local_step_s": None} for record in records]
+    [blind] = [row for row in with_predictions(with_scaling(untimed))
+               if row["total_devices"] == 2]
+    return {**{key: two[key] for key in (
         "images_per_sec", "baseline_images_per_sec", "allreduce_time_s", "gradient_bytes",
-        "step_breakdown", "predicted_images_per_sec", "predicted_images_per_sec_low",
-        "predicted_images_per_sec_high", "prediction_ratio", "loss_term")}
+        "step_breakdown", "local_step_s", "baseline_local_step_s", "contention_s",
+        "predicted_images_per_sec", "predicted_images_per_sec_low",
+        "predicted_images_per_sec_high", "prediction_ratio", "loss_term")},
+        "prediction_ratio_without_contention": blind["prediction_ratio"]}
 
 
 def two_node_runs(runs: int, scratch: Path) -> list:
@@ -86,11 +93,15 @@ def two_node_runs(runs: int, scratch: Path) -> list:
 
 def summary(framework: str, launcher: str, runs: list) -> dict:
     ratios = [run["prediction_ratio"] for run in runs]
+    blind = [run["prediction_ratio_without_contention"] for run in runs]
     print(f"{framework}/{launcher}: measured / predicted {statistics.median(ratios):.3f} "
-          f"(runs {', '.join(f'{r:.3f}' for r in ratios)})", flush=True)
+          f"(runs {', '.join(f'{r:.3f}' for r in ratios)}); without the contention "
+          f"{statistics.median(blind):.3f}", flush=True)
     return {"framework": framework, "launcher": launcher, "runs": runs,
             "prediction_ratios": ratios, "median_ratio": statistics.median(ratios),
-            "ratio_ci95": repeats_interval(ratios)}
+            "ratio_ci95": repeats_interval(ratios),
+            "median_ratio_without_contention": statistics.median(blind),
+            "ratio_without_contention_ci95": repeats_interval(blind)}
 
 
 def main():

@@ -76,6 +76,9 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                           "device with a backward pass: the allreduce of gradient_bytes through "
                           "the cell's own collective, {bytes, iterations_per_chunk, "
                           "chunk_seconds, devices}",
+    "local_step_s": "after the window of a sweep cell with a backward pass: the mean of steps "
+                    "forward and backward passes with nothing aggregated, run on every rank at "
+                    "once (scaling.workers.loop.contended_compute)",
     "allreduce": "purpose allreduce: per size, {bytes, iterations_per_chunk, chunk_seconds}",
     "loader_window": "with data: {window_s, images} of the input pipeline alone, after the "
                      "window (scaling.workers.loop.input_references)",
@@ -178,6 +181,10 @@ RECORD_FIELDS: Dict[str, str] = {
                         "without a data-parallel backward pass over more than one device)",
     "allreduce_time_s_ci95": "[low, high]: its interval (order statistics of the median)",
     "allreduce_busbw_GBps": "the bus bandwidth of that allreduce, algbw x 2(n-1)/n",
+    "local_step_s": "the median over ranks of one forward and backward pass with nothing "
+                    "aggregated, all ranks at once, timed after the window: the compute of a "
+                    "step at the cell's device count, contention included (null where the "
+                    "framework's worker does not time it)",
     "versions": "framework and library versions",
     "device_name": "the device, as the framework names it",
     "layout": "NCHW or NHWC",
@@ -206,6 +213,8 @@ SCALING_FIELDS: Dict[str, str] = {
     "baseline_reason": "why the curve is not measured against single, or empty",
     "parallel_overhead": "1 - (the launcher at one device / single): what going parallel costs "
                          "at one device",
+    "baseline_local_step_s": "local_step_s of the curve's single cell: its forward and "
+                             "backward pass alone on the host",
     "parallel_overhead_low": "lower bound of parallel_overhead's 95% interval",
     "parallel_overhead_high": "upper bound of parallel_overhead's 95% interval",
     "speedup": "images_per_sec / baseline_images_per_sec",
@@ -228,14 +237,16 @@ SCALING_FIELDS: Dict[str, str] = {
                      "fastest GPU cell, or its fastest cell without GPUs)",
     "time_relative": "time to a million images over the reference cell's",
     "predicted_images_per_sec": "the scaling model's images/sec: the global batch over the "
-                                "single step plus the allreduce not hidden (scaling.report.model), "
-                                "the middle of its band",
+                                "single step, plus the contention, plus the allreduce not hidden "
+                                "(scaling.report.model), the middle of its band",
+    "contention_s": "local_step_s - baseline_local_step_s: how much longer a step's compute "
+                    "takes with every device of the cell busy than alone (0 where not timed)",
     "predicted_images_per_sec_low": "the band's low end: no overlap of the allreduce (or the "
                                     "profiled exposure)",
     "predicted_images_per_sec_high": "the band's high end: full overlap with the backward pass",
     "prediction_ratio": "images_per_sec / predicted_images_per_sec",
-    "loss_term": "the largest part of the step beyond the single step's compute: exposed "
-                 "communication or the rest; empty at or above linear",
+    "loss_term": "the largest part of the step beyond the single step's compute: contention, "
+                 "exposed communication or the rest; empty at or above linear",
     "input_bound": "with data: whether the input is the bound (real-data images/sec below "
                    "95% of synthetic, and the pipeline alone not clearly, 1.5x, faster than the "
                    "real-data cell); empty on synthetic data (scaling.report.input)",
@@ -260,7 +271,7 @@ CSV_COLUMNS = [
     "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
     "images_per_sec", *SCALING_FIELDS, "data", "loader_workers", "loader_images_per_sec",
     "synthetic_images_per_sec", "step_time_median_s", "step_time_p95_s",
-    "allreduce_time_s", "allreduce_busbw_GBps", "images_per_joule",
+    "allreduce_time_s", "allreduce_busbw_GBps", "local_step_s", "images_per_joule",
     "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
     "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",
     "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source",

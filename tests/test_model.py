@@ -1,5 +1,5 @@
-"""The scaling model: the single step plus the allreduce the launcher does not hide, beside every
-curve, and extrapolated to device counts never measured."""
+"""The scaling model: the single step, plus contention, plus the allreduce the launcher does not
+hide, beside every curve, and extrapolated to device counts never measured."""
 
 from __future__ import annotations
 
@@ -50,6 +50,25 @@ def test_a_profiled_point_uses_its_exposed_communication():
     # Measured 0.4 s, of which 0.04 s exposed: predicted 0.24 s, and the rest dominates.
     assert profiled["predicted_images_per_sec"] == pytest.approx(16 / 0.24)
     assert profiled["loss_term"] == "the rest"
+
+
+def test_contention_is_the_slower_compute_with_every_device_busy():
+    # The single cell's forward and backward alone took 0.15 s, the cell's own with both of its
+    # devices busy 0.21 s: 0.06 s of contention is added to the profiled 0.04 s exposed.
+    profiled = {"compute": 0.6, "communication": 0.1, "idle": 0.3}
+    found = prediction(row(2, 40.0, step_breakdown=profiled, local_step_s=0.21,
+                           baseline_local_step_s=0.15))
+    assert found["contention_s"] == pytest.approx(0.06)
+    assert found["predicted_images_per_sec"] == pytest.approx(16 / 0.30)
+    # Measured 0.4 s: 0.06 s contention, 0.04 s exposed, 0.1 s the rest.
+    assert found["loss_term"] == "the rest"
+    contended = prediction(row(2, 40.0, step_breakdown=profiled, local_step_s=0.35,
+                               baseline_local_step_s=0.15))
+    assert contended["loss_term"] == "contention"
+    # Faster than alone, or not timed on either side: no contention.
+    for fields in ({"local_step_s": 0.1, "baseline_local_step_s": 0.15},
+                   {"local_step_s": 0.21}, {"baseline_local_step_s": 0.15}):
+        assert prediction(row(2, 40.0, step_breakdown=profiled, **fields))["contention_s"] == 0
 
 
 def test_one_device_and_forward_need_no_allreduce_and_missing_inputs_give_none():

@@ -138,6 +138,23 @@ def test_plots_draw_each_points_interval_as_error_bars():
     assert [c for c in speedup.containers if isinstance(c, ErrorbarContainer)]
 
 
+def test_each_framework_draws_in_its_registered_colour_and_no_two_share_one():
+    from matplotlib.colors import to_hex
+
+    from scaling.frameworks import FRAMEWORKS
+    from scaling.report.figures import scaling_figure
+
+    colours = {name: FRAMEWORKS.get(name).colour for name in FRAMEWORKS}
+    assert len(set(colours.values())) == len(colours)
+    records = [record(devices, 100.0 * devices, framework=framework, launcher=launcher)
+               for framework, launcher in (("torch", "torchrun"), ("jax", "jax"))
+               for devices in (1, 2)]
+    throughput = scaling_figure(with_scaling(records), "resnet50").axes[0]
+    drawn = {curve.get_label().split()[0]: to_hex(curve.lines[0].get_color())
+             for curve in throughput.containers}
+    assert drawn == {"torch": colours["torch"], "jax": colours["jax"]}
+
+
 def test_the_details_table_leaves_out_columns_that_no_record_has():
     from scaling.report.html import measured_details
 

@@ -51,3 +51,11 @@ def test_quickstart_config_is_valid():
     spec = load_sweep(REPO / "configs" / "quickstart.yaml")
     assert spec.name == "quickstart"
     assert expand(spec)
+
+
+def test_the_frameworks_config_compares_all_four_frameworks_on_the_same_workloads():
+    spec = load_sweep(REPO / "configs" / "frameworks.yaml")
+    assert set(spec.frameworks) == {"torch", "tensorflow", "mxnet", "jax"}
+    cells = expand(spec, cores=16)  # a node with a core for each of its 8 devices
+    for framework in spec.frameworks:
+        assert {c.workload for c in cells if c.framework == framework} == set(spec.workloads)

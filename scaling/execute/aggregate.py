@@ -100,6 +100,8 @@ def _metrics(reports: List[Dict]) -> Dict:
         "memory_capacity_bytes": min((r["memory_capacity_bytes"] for r in reports
                                       if r["memory_capacity_bytes"] is not None), default=None),
         **_gradient_allreduce(reports),
+        "local_step_s": statistics.median(r["local_step_s"] for r in reports)
+        if all(r.get("local_step_s") for r in reports) else None,
         **{f"{name}_images_per_sec": _window_rate(reports, f"{name}_window")
            for name in ("loader", "synthetic")},
     }

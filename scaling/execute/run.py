@@ -179,6 +179,7 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "peak_memory_bytes": None,
         **dict.fromkeys(COMPUTE_FIELDS),
         "allreduce_time_s": None, "allreduce_time_s_ci95": None, "allreduce_busbw_GBps": None,
+        "local_step_s": None,
         "images_per_joule": None,
         **outcome,
         "versions": first.get("versions"),

@@ -32,6 +32,8 @@ class Baseline:
     """Why the curve is not measured against ``single``, or None."""
     parallel_overhead: Optional[float] = None
     parallel_overhead_ci95: Optional[List[float]] = None
+    local_step_s: Optional[float] = None
+    """The single cell's forward and backward pass alone (``local_step_s``), where timed."""
 
 
 def figure_interval(group: List[Dict]) -> Optional[List[float]]:
@@ -93,7 +95,9 @@ def baselines(rows: List[Dict], curve_key: Callable[[Dict], Tuple]) -> Dict[Tupl
             figure = _median_figure(single_ok)
             overhead = _overhead(own_figure, figure) if own_figure \
                 and row["launcher"] != BASELINE_LAUNCHER else (None, None)
-            found[key] = Baseline(BASELINE_LAUNCHER, *figure, None, *overhead)
+            local = [r["local_step_s"] for r in single_ok if r.get("local_step_s")]
+            found[key] = Baseline(BASELINE_LAUNCHER, *figure, None, *overhead,
+                                  statistics.median(local) if local else None)
         elif own_figure:
             found[key] = Baseline(row["launcher"], *own_figure, _reason(single_rows))
     return found

@@ -2,8 +2,13 @@
 rest of a measured step went.
 
 A step at N devices is the ``single`` step (the compute: per-device batch / the baseline's
-images/sec) plus the part of its gradients' allreduce that the launcher does not hide under the
-backward pass:
+images/sec), plus the contention, plus the part of its gradients' allreduce that the launcher
+does not hide under the backward pass:
+
+- the contention is how much longer a forward and backward pass with nothing aggregated takes
+  with all of the cell's devices busy at once than in the ``single`` cell alone
+  (``local_step_s`` of each, timed after their windows): the host's cores, caches and memory
+  bandwidth that CPU devices share, or the host side of GPU devices; 0 where not timed;
 
 - the allreduce time is measured in the cell itself, after its window, at its own gradient
   bytes and device count, through the launcher's own collective (``allreduce_time_s``); for
@@ -16,7 +21,7 @@ backward pass:
 
 Predicted images/sec is the global batch over the predicted step. ``prediction_ratio`` is
 measured / predicted; ``loss_term`` names the largest part of the measured step beyond the
-compute: exposed communication, or the rest (the framework, the launcher, contention).
+compute: contention, exposed communication, or the rest (the framework, the launcher).
 """
 
 from __future__ import annotations
@@ -47,11 +52,13 @@ def prediction(row: Dict) -> Dict:
     """The model's fields for one sweep row (after ``with_scaling``): null where the row lacks
     a baseline, or its allreduce was not measured at more than one device."""
     empty = dict.fromkeys(("predicted_images_per_sec", "predicted_images_per_sec_low",
-                           "predicted_images_per_sec_high", "prediction_ratio", "loss_term"))
+                           "predicted_images_per_sec_high", "prediction_ratio", "loss_term",
+                           "contention_s"))
     baseline, devices = row.get("baseline_images_per_sec"), row["total_devices"]
     if row["status"] != "ok" or not baseline:
         return empty
     compute_s = row["batch_size"] / baseline
+    contention_s = contention(row)
     if row.get("mode") == "forward" or devices == 1:
         allreduce_s = 0.0
     elif row.get("allreduce_time_s") is not None:
@@ -61,17 +68,29 @@ def prediction(row: Dict) -> Dict:
     step_s = row["batch_size"] * devices / row["images_per_sec"]
     breakdown = row.get("step_breakdown") or {}
     exposed = breakdown["communication"] * step_s if "communication" in breakdown else None
-    shortest, longest = step_band(compute_s, allreduce_s, exposed)
+    busy_s = compute_s + contention_s
+    shortest, longest = step_band(busy_s, allreduce_s, exposed)
     images = row["batch_size"] * devices
     predicted = images / ((shortest + longest) / 2)
-    communication = exposed if exposed is not None else (shortest + longest) / 2 - compute_s
-    rest = step_s - compute_s - communication
+    terms = {"contention": contention_s,
+             "exposed communication": exposed if exposed is not None
+             else (shortest + longest) / 2 - busy_s}
+    terms["the rest"] = step_s - compute_s - sum(terms.values())
     return {"predicted_images_per_sec": predicted,
             "predicted_images_per_sec_low": images / longest,
             "predicted_images_per_sec_high": images / shortest,
             "prediction_ratio": row["images_per_sec"] / predicted,
-            "loss_term": None if step_s <= compute_s else
-            "exposed communication" if communication >= rest else "the rest"}
+            "contention_s": contention_s,
+            "loss_term": None if step_s <= compute_s else max(terms, key=terms.get)}
+
+
+def contention(row: Dict) -> float:
+    """How much longer the cell's compute took with all of its devices busy than the single
+    cell's alone; 0 at one device, and where either was not timed."""
+    local, alone = row.get("local_step_s"), row.get("baseline_local_step_s")
+    if row["total_devices"] == 1 or not local or not alone:
+        return 0.0
+    return max(0.0, local - alone)
 
 
 def with_predictions(rows: List[Dict]) -> List[Dict]:
@@ -151,8 +170,8 @@ def predicted_curves(rows: List[Dict], key: Callable[[Dict], Tuple],
     return curves
 
 
-MODEL_TITLE = ("The scaling model: measured against predicted images/sec (the single step "
-               "plus the allreduce the launcher does not hide)")
+MODEL_TITLE = ("The scaling model: measured against predicted images/sec (the single step, "
+               "plus contention, plus the allreduce the launcher does not hide)")
 MODEL_HEADERS = ("workload", "curve", "devices", "measured", "predicted (band)",
                  "measured / predicted", "largest loss")
 

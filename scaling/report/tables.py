@@ -182,6 +182,7 @@ def with_scaling(records: List[Dict]) -> List[Dict]:
                    images_per_sec_high=interval[1] if interval else None,
                    baseline_ci95=baseline[1],
                    baseline_launcher=found.launcher if found else None,
+                   baseline_local_step_s=found.local_step_s if found else None,
                    baseline_reason=found.reason if found else None,
                    parallel_overhead=found.parallel_overhead if found else None,
                    parallel_overhead_low=overhead[0] if overhead else None,

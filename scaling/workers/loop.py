@@ -18,6 +18,9 @@ A framework supplies a *session* built for one process of a cell:
 - ``collective()`` and ``gradient_bytes``, optional: the allreduce of the mechanism that
   aggregates the gradients (``scaling.workers.collective``), and one replica's gradient bytes,
   for the allreduce timed after the window at that size;
+- ``local_steps(count)``, optional: ``count`` forward and backward passes on every replica
+  the process drives, with nothing aggregated and no update, waiting for them to finish (the
+  scaling model's compute at the cell's device count, :func:`contended_compute`);
 - for a cell on real data (``cell["data"]``, ``scaling.workers.input_data``): ``step()``
   takes the next batch of the framework's input pipeline, ``loader_alone()`` returns a fresh
   pipeline of the same workers and shard as an endless iterator of each batch's image count,
@@ -135,6 +138,23 @@ def input_references(session, cell: Dict, faults: common.FaultInjector) -> Dict:
                                  "images": synthetic["images"]}}
 
 
+def contended_compute(session, cell: Dict) -> Dict:
+    """After the window of a sweep cell with a backward pass: ``steps`` forward and backward
+    passes with nothing aggregated, on every rank at once between two barriers. Their mean on
+    this rank is the compute of one step at the cell's device count, contention for the host's
+    cores and memory included, which the scaling model sets against the ``single`` cell's."""
+    if cell["mode"] == "forward" or cell["purpose"] != "sweep" or \
+            not hasattr(session, "local_steps"):
+        return {}
+    session.local_steps(1)
+    session.barrier()
+    start = time.perf_counter()
+    session.local_steps(cell["steps"])
+    seconds = time.perf_counter() - start
+    session.barrier()
+    return {"local_step_s": seconds / cell["steps"]}
+
+
 def profiled_steps(session, cell_dir: str, rank: int) -> Dict:
     """After the window: ``PROFILE_STEPS`` steps under the profiler, and where their time went."""
     if not hasattr(session, "profile"):
@@ -209,5 +229,6 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
         if cell.get("profile"):
             report.update(profiled_steps(session, cell_dir, rank))
         report.update(gradient_allreduce(session, cell))
+        report.update(contended_compute(session, cell))
         common.stop_horovod_timeline()
         report.update(session.finish())

@@ -16,6 +16,7 @@ its tf.function, so that input and step are one call. Options: ``xla`` (``jit_co
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional
 
@@ -147,6 +148,7 @@ class TensorFlowSession:
         else:
             self.use_synthetic()
         self._total, self._last = self.parallel.sum_function(strategy), None
+        self._local_step = None
 
     def _build_model(self, keras, strategy, workload) -> None:
         """The model and its optimizer under ``strategy``'s scope, the same on every process."""
@@ -233,19 +235,40 @@ class TensorFlowSession:
         tf, model = self.tf, self.model
         if mode == "forward":
             return tf.reduce_sum(tf.cast(model(images, training=False), tf.float32))
-        with tf.GradientTape() as tape:
-            logits = tf.cast(model(images, training=True), tf.float32)
-            loss = tf.nn.compute_average_loss(self.loss_fn(labels, logits),
-                                              global_batch_size=self.global_batch)
-            scaled = self.scale_loss(loss)
-        tape = self.parallel.gradient_tape(tape)
-        grads = self.unscale(tape.gradient(scaled, model.trainable_variables))
+        loss, grads = self._gradients(images, labels, self.parallel.gradient_tape)
         if mode == "train":
             self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
         # Returned, so that the aggregated gradients are computed rather than pruned.
         return tf.add_n([tf.reduce_sum(tf.cast(grad, tf.float32))
                          for grad in self.parallel.aggregate(grads)])
+
+    def _gradients(self, images, labels, wrap_tape):
+        """The replica's loss and gradients, through the tape ``wrap_tape`` returns."""
+        tf, model = self.tf, self.model
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(images, training=True), tf.float32)
+            loss = tf.nn.compute_average_loss(self.loss_fn(labels, logits),
+                                              global_batch_size=self.global_batch)
+            scaled = self.scale_loss(loss)
+        return loss, self.unscale(wrap_tape(tape).gradient(scaled, model.trainable_variables))
+
+    def local_steps(self, count: int) -> None:
+        """``count`` forward and backward passes on every replica of the process, with no
+        gradient aggregated (the tape is not the mechanism's) and no update."""
+        tf, strategy = self.tf, self.strategy
+        if self._local_step is None:
+            @functools.partial(tf.function, jit_compile=bool(self.cell["options"].get("xla")))
+            def replica(images, labels):
+                grads = self._gradients(images, labels, lambda tape: tape)[1]
+                return tf.add_n([tf.reduce_sum(tf.cast(grad, tf.float32)) for grad in grads])
+
+            self._local_step = tf.function(lambda: strategy.experimental_local_results(
+                strategy.run(replica, args=(self.images, self.labels))))
+        for _ in range(count):
+            results = self._local_step()
+        for result in results:
+            result.numpy()
 
     def step(self) -> None:
         self._last = self._step()

@@ -17,6 +17,7 @@ aggregate, no optimizer step). The batch is seeded by the rank, so every replica
 
 from __future__ import annotations
 
+import copy
 import time
 
 from scaling.workers import common, torch_input
@@ -80,6 +81,7 @@ class TorchSession:
             lambda: torch_flops_per_image(cell["models"], workload, cell["image_size"],
                                           self.mode), self.gradient_bytes))
         self.cell, self.workload, self.batches = cell, workload, None
+        self.local_model = None
         if cell["data"]:
             self.batches = torch_input.device_batches(
                 torch_input.data_loader(cell, workload.channels), self.device,
@@ -164,6 +166,22 @@ class TorchSession:
                 self.scaler.update()
             else:
                 self.optimizer.step()
+
+    def local_steps(self, count: int) -> None:
+        """``count`` forward and backward passes on this process's own copy of the model, with
+        no hook, no gradient aggregated and no update."""
+        if self.local_model is None:
+            model = self.model
+            for wrapper in ("_orig_mod", "module"):  # torch.compile's, then DDP's
+                model = getattr(model, wrapper, model)
+            self.local_model = copy.deepcopy(model)
+        for _ in range(count):
+            for parameter in self.local_model.parameters():
+                parameter.grad = None
+            with self._autocast():
+                loss = self.loss_fn(self.local_model(self.images), self.labels)
+            loss.backward()
+        self.synchronize()
 
     def synchronize(self) -> None:
         if self.is_gpu:
