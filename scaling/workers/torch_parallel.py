@@ -2,17 +2,19 @@
 (``none``, ``ddp``, ``horovod``): wrapping the model and optimizer, waiting for the gradients,
 barriers, a maximum and a sum over the ranks, and leaving.
 
-Under ``ddp`` on CPU with ``profile`` on, a communication hook times each gradient bucket's
-allreduce (gloo's work is invisible to the profiler's trace): a step's exposed communication is
-how long the last allreduce ran on after the last bucket was ready, which the backward pass
-had to wait for.
+On CPU with ``profile`` on, the mechanism times the communication that the profiler's trace
+cannot see (gloo's work runs outside it), ``time_exposure``: under ``ddp`` a communication hook
+times each gradient bucket's allreduce, and a step's exposed communication is how long the last
+allreduce ran on after the last bucket was ready, which the backward pass had to wait for;
+under ``horovod`` it is how long the step waited in ``synchronize`` for the allreduces that
+Horovod's background thread had not finished when the backward pass ended.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 
 class NoParallel:
@@ -56,7 +58,7 @@ class DdpParallel:
 
         return DistributedDataParallel(model, device_ids=device_ids), optimizer
 
-    def time_buckets(self, model) -> None:
+    def time_exposure(self, model) -> None:
         """Time every bucket's allreduce from now on (:func:`timed_allreduce`)."""
         model.register_comm_hook(self, timed_allreduce)
 
@@ -99,6 +101,7 @@ class HorovodParallel:
 
         self.hvd = hvd
         self.versions = {"horovod": horovod.__version__}
+        self.waits: Optional[List[float]] = None
         hvd.init()
 
     def wrap(self, model, optimizer, device_ids):
@@ -113,10 +116,22 @@ class HorovodParallel:
         return model, hvd.DistributedOptimizer(optimizer,
                                                named_parameters=model.named_parameters())
 
+    def time_exposure(self, model) -> None:
+        """Time every wait for the gradients from now on."""
+        self.waits = []
+
+    def exposed_s(self) -> float:
+        """How long the steps since the last call waited for their gradients; cleared."""
+        waits, self.waits = self.waits or [], []
+        return sum(waits)
+
     @contextlib.contextmanager
     def gradients_reduced(self, optimizer):
         """Wait for the gradients' allreduces, then step without waiting again."""
+        started = time.perf_counter()
         optimizer.synchronize()
+        if self.waits is not None:
+            self.waits.append(time.perf_counter() - started)
         with optimizer.skip_synchronize():
             yield
 

@@ -106,8 +106,8 @@ class TorchSession:
         else:
             self.model, self.optimizer = self.parallel.wrap(
                 model, optimizer, [local_rank] if self.is_gpu else None)
-            if cell["profile"] and not self.is_gpu and hasattr(self.parallel, "time_buckets"):
-                self.parallel.time_buckets(self.model)
+            if cell["profile"] and not self.is_gpu and hasattr(self.parallel, "time_exposure"):
+                self.parallel.time_exposure(self.model)
         self.loss_fn = torch.nn.CrossEntropyLoss()
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
@@ -214,7 +214,7 @@ class TorchSession:
 
     def exposed_communication(self):
         """The share of the profiled steps that waited for the gradients' allreduce after the
-        backward pass, from the bucket timings; None where they were not timed."""
+        backward pass, as the mechanism timed it; None where it was not timed."""
         return sum(self.exposed) / self.profiled_s if self.exposed else None
 
     def collective(self) -> TorchCollective:
