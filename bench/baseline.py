@@ -7,6 +7,7 @@ pair, one CPU device of ``--threads`` threads. Reports each side's median images
 with an interval from the two (relative half widths in quadrature).
 
     python bench/baseline.py --runs 5 --output bench/results/baseline.json
+    python bench/baseline.py --frameworks jax --runs 3 --output bench/results/baseline_jax.json
 """
 
 import argparse
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from benchlib import alternating, harness_record, machine
 
+from scaling.frameworks import FRAMEWORKS
 from scaling.launchers import default_python, launchers_of
 from scaling.uncertainty import ratio_interval, repeats_interval
 
@@ -52,7 +54,8 @@ def pair(framework: str, launcher: str, runs: int, threads: int, scratch: Path) 
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frameworks", default="torch,tensorflow,mxnet")
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+                        help="comma-separated (default: every registered framework)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", type=Path)

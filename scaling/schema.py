@@ -242,8 +242,10 @@ SCALING_FIELDS: Dict[str, str] = {
     "contention_s": "local_step_s - baseline_local_step_s: how much longer a step's compute "
                     "takes with every device of the cell busy than alone (0 where not timed)",
     "predicted_images_per_sec_low": "the band's low end: no overlap of the allreduce (or the "
-                                    "profiled exposure)",
-    "predicted_images_per_sec_high": "the band's high end: full overlap with the backward pass",
+                                    "profiled exposure), at the low end of the single figure's "
+                                    "interval and the high end of the allreduce time's",
+    "predicted_images_per_sec_high": "the band's high end: full overlap with the backward pass, "
+                                     "at the other ends of the two intervals",
     "prediction_ratio": "images_per_sec / predicted_images_per_sec",
     "loss_term": "the largest part of the step beyond the single step's compute: contention, "
                  "exposed communication or the rest; empty at or above linear",

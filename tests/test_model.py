@@ -44,6 +44,15 @@ def test_a_point_is_predicted_from_the_single_step_and_its_measured_allreduce():
     assert found["loss_term"] == "exposed communication"
 
 
+def test_the_band_widens_with_the_intervals_of_the_single_figure_and_the_allreduce():
+    found = prediction(row(2, 60.0, baseline_ci95=[32.0, 50.0],
+                           allreduce_time_s_ci95=[0.05, 0.2]))
+    assert found["predicted_images_per_sec"] == pytest.approx(16 / 0.25)  # as without them
+    # Shortest: 8 / 50 = 0.16 s of compute hides all of 0.05 s; longest: 0.25 s + 0.2 s.
+    assert found["predicted_images_per_sec_high"] == pytest.approx(16 / 0.16)
+    assert found["predicted_images_per_sec_low"] == pytest.approx(16 / 0.45)
+
+
 def test_a_profiled_point_uses_its_exposed_communication():
     profiled = prediction(row(2, 40.0, step_breakdown={"compute": 0.6, "communication": 0.1,
                                                        "idle": 0.3}))

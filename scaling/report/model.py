@@ -50,38 +50,42 @@ def step_band(compute_s: float, allreduce_s: float,
 
 def prediction(row: Dict) -> Dict:
     """The model's fields for one sweep row (after ``with_scaling``): null where the row lacks
-    a baseline, or its allreduce was not measured at more than one device."""
+    a baseline, or its allreduce was not measured at more than one device. The prediction is
+    the middle of the overlap band at the measured figures; its low and high ends also take
+    the ends of the 95% intervals of the single figure and of the allreduce time."""
     empty = dict.fromkeys(("predicted_images_per_sec", "predicted_images_per_sec_low",
                            "predicted_images_per_sec_high", "prediction_ratio", "loss_term",
                            "contention_s"))
     baseline, devices = row.get("baseline_images_per_sec"), row["total_devices"]
     if row["status"] != "ok" or not baseline:
         return empty
-    compute_s = row["batch_size"] / baseline
-    contention_s = contention(row)
     if row.get("mode") == "forward" or devices == 1:
-        allreduce_s = 0.0
+        allreduce = (0.0, 0.0, 0.0)
     elif row.get("allreduce_time_s") is not None:
-        allreduce_s = row["allreduce_time_s"]
+        allreduce = (row["allreduce_time_s"],
+                     *(row.get("allreduce_time_s_ci95") or [row["allreduce_time_s"]] * 2))
     else:
         return empty
+    low, high = row.get("baseline_ci95") or (baseline, baseline)
+    compute = tuple(row["batch_size"] / figure for figure in (baseline, high, low))
+    contention_s = contention(row)
     step_s = row["batch_size"] * devices / row["images_per_sec"]
     breakdown = row.get("step_breakdown") or {}
     exposed = breakdown["communication"] * step_s if "communication" in breakdown else None
-    busy_s = compute_s + contention_s
-    shortest, longest = step_band(busy_s, allreduce_s, exposed)
+    busy_s = compute[0] + contention_s
+    middle = sum(step_band(busy_s, allreduce[0], exposed)) / 2
+    shortest = step_band(compute[1] + contention_s, allreduce[1], exposed)[0]
+    longest = step_band(compute[2] + contention_s, allreduce[2], exposed)[1]
     images = row["batch_size"] * devices
-    predicted = images / ((shortest + longest) / 2)
     terms = {"contention": contention_s,
-             "exposed communication": exposed if exposed is not None
-             else (shortest + longest) / 2 - busy_s}
-    terms["the rest"] = step_s - compute_s - sum(terms.values())
-    return {"predicted_images_per_sec": predicted,
+             "exposed communication": exposed if exposed is not None else middle - busy_s}
+    terms["the rest"] = step_s - compute[0] - sum(terms.values())
+    return {"predicted_images_per_sec": images / middle,
             "predicted_images_per_sec_low": images / longest,
             "predicted_images_per_sec_high": images / shortest,
-            "prediction_ratio": row["images_per_sec"] / predicted,
+            "prediction_ratio": row["images_per_sec"] * middle / images,
             "contention_s": contention_s,
-            "loss_term": None if step_s <= compute_s else max(terms, key=terms.get)}
+            "loss_term": None if step_s <= compute[0] else max(terms, key=terms.get)}
 
 
 def contention(row: Dict) -> float:
