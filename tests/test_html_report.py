@@ -239,17 +239,31 @@ def test_cost_and_cpu_versus_gpu_sections_appear_with_their_data(tmp_path):
                "framework": "torch", "device_type": device, "n": n, "status": "ok",
                "seconds": seconds} for n, device, seconds in
               [(10, "cpu", 1e-6), (10, "gpu", 2e-5), (1000, "cpu", 1e-2), (1000, "gpu", 1e-4)]]
-    out = write_records(tmp_path / "out", [recorded_cell(1, 1000.0), recorded_cell(2, 1800.0),
+    out = write_records(tmp_path / "out", [recorded_cell(1, 1000.0),
+                                           {**recorded_cell(2, 1800.0), "images_per_joule": 2.5},
                                            *matmul])
     (out / "sweep.yaml").write_text(yaml.safe_dump({"prices": {"gpu": 2.0}}))
     scaling_cli_ok("report", out, "--html")
     page = (out / "report.html").read_text()
     costs = page[page.index('<table class="costs">'):]
     costs = " ".join(re.sub(r"<[^>]+>", " ", costs[:costs.index("</table>")]).split())
-    assert "2 gpu 1,800.0 4.00 0.617 556 s 1.00x 1.00x" in costs
+    assert "2 gpu 1,800.0 4.00 0.617 556 s 1.00x 1.00x 2.50" in costs
     section = page[page.index('id="cpu-vs-gpu"'):]
     assert section.count("<svg") == 2
     assert "torch: the GPU is faster from n = 1000 on" in section
+
+
+def test_the_model_table_sets_each_point_beside_its_prediction(tmp_path):
+    # single at 40 images/sec (0.2 s for a batch of 8), a 0.1 s allreduce: predicted 64.0.
+    records = [recorded_cell(1, 40.0, batch=8, launcher="single"), recorded_cell(1, 38.0, batch=8),
+               {**recorded_cell(2, 60.0, batch=8), "allreduce_time_s": 0.1}]
+    out = write_records(tmp_path / "out", records)
+    scaling_cli_ok("report", out, "--html")
+    page = (out / "report.html").read_text()
+    model = page[page.index('<table class="model">'):]
+    text = " ".join(re.sub(r"<[^>]+>", " ", model[:model.index("</table>")]).split())
+    assert "torch 2.14.1 / torchrun, batch 8 2 60.0 64.0 (53.3-80.0) 0.94 exposed communication" \
+        in text
 
 
 def test_without_prices_or_matmul_those_sections_are_absent(page):
