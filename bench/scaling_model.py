@@ -111,10 +111,14 @@ def main():
     parser.add_argument("--output", type=Path)
     parser.add_argument("--no-slurm", dest="slurm", action="store_false",
                         help="leave out the two-node cell (it needs Slurm installed)")
+    parser.add_argument("--launchers", default=",".join(name for _, name in LAUNCHERS),
+                        help="the single-node launchers to measure, comma-separated")
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         for framework, launcher in LAUNCHERS:
+            if launcher not in args.launchers.split(","):
+                continue
             runs = [one_run(framework, launcher, repeat, Path(scratch))
                     for repeat in range(args.runs)]
             results.append(summary(framework, launcher, runs))
