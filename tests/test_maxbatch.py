@@ -174,12 +174,14 @@ def test_tensorflow_confirms_the_answer_and_the_smallest_oom_under_its_allocator
 def test_resnet50_at_the_edge_of_a_2gib_cap_finds_its_answer(out_dir):
     # Near the cap a step fails inside oneDNN ("could not execute a primitive") or the allocator
     # just after an allocation failed: that is running out of memory, on the evidence of the
-    # failed allocation, the peak at the cap or the framework's own words, never a crash. The
-    # edge lies a little above batch 104 and moves with the code, so the bracket spans it and
-    # leaves out the confirmation runs.
+    # failed allocation, the peak at the cap or the framework's own words, never a crash. One
+    # thread, so that every allocation fails in the thread that reports it (with two, oneDNN's
+    # can fail in a pool thread whose errno the rank never sees, and the trial stays an error).
+    # The edge moves with the code, so the bracket spans it and leaves out the confirmation runs.
     make_trial = trial_factory(framework="torch", launcher="torchrun", workload="resnet50",
                                image_size=64, steps=1, warmup=1, device_type="cpu",
-                               memory_limit=parse_bytes("2GiB"), timeout_s=600)
+                               threads_per_device=1, memory_limit=parse_bytes("2GiB"),
+                               timeout_s=600)
     [found] = find_max_batches(make_trial, [1], 4, 100, 124, TrialRunner(out_dir),
                                confirm=False)
     assert found.status == "ok"
