@@ -183,8 +183,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "allreduce_busbw_GBps": "the bus bandwidth of that allreduce, algbw x 2(n-1)/n",
     "local_step_s": "the median over ranks of one forward and backward pass with nothing "
                     "aggregated, all ranks at once, timed after the window: the compute of a "
-                    "step at the cell's device count, contention included (null where the "
-                    "framework's worker does not time it)",
+                    "step at the cell's device count, contention included (null at one "
+                    "device under a parallel launcher, and where the framework's worker does "
+                    "not time it)",
     "versions": "framework and library versions",
     "device_name": "the device, as the framework names it",
     "layout": "NCHW or NHWC",

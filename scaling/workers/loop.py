@@ -142,8 +142,10 @@ def contended_compute(session, cell: Dict) -> Dict:
     """After the window of a sweep cell with a backward pass: ``steps`` forward and backward
     passes with nothing aggregated, on every rank at once between two barriers. Their mean on
     this rank is the compute of one step at the cell's device count, contention for the host's
-    cores and memory included, which the scaling model sets against the ``single`` cell's."""
-    if cell["mode"] == "forward" or cell["purpose"] != "sweep" or \
+    cores and memory included, which the scaling model sets against the ``single`` cell's.
+    A launcher's own one-device point has no contention to time, and skips it."""
+    alone = cell["devices"] * cell["nodes"] == 1 and cell["data_parallel"] != "none"
+    if cell["mode"] == "forward" or cell["purpose"] != "sweep" or alone or \
             not hasattr(session, "local_steps"):
         return {}
     session.local_steps(1)
