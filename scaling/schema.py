@@ -246,7 +246,8 @@ SCALING_FIELDS: Dict[str, str] = {
                                     "profiled exposure), at the low end of the single figure's "
                                     "interval and the high end of the allreduce time's",
     "predicted_images_per_sec_high": "the band's high end: full overlap with the backward pass, "
-                                     "at the other ends of the two intervals",
+                                     "at the other ends of the two intervals; empty where the "
+                                     "single figure's interval is open on that side",
     "prediction_ratio": "images_per_sec / predicted_images_per_sec",
     "loss_term": "the largest part of the step beyond the single step's compute: contention, "
                  "exposed communication or the rest; empty at or above linear",

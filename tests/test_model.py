@@ -3,6 +3,8 @@ hide, beside every curve, and extrapolated to device counts never measured."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from click.testing import CliRunner
 from conftest import recorded_cell, write_records
@@ -51,6 +53,17 @@ def test_the_band_widens_with_the_intervals_of_the_single_figure_and_the_allredu
     # Shortest: 8 / 50 = 0.16 s of compute hides all of 0.05 s; longest: 0.25 s + 0.2 s.
     assert found["predicted_images_per_sec_high"] == pytest.approx(16 / 0.16)
     assert found["predicted_images_per_sec_low"] == pytest.approx(16 / 0.45)
+
+
+def test_an_open_interval_of_the_single_figure_leaves_that_end_of_the_band_open():
+    # Two noisy chunks: the single figure's interval runs from 20 images/sec to unbounded.
+    found = prediction(row(2, 60.0, baseline_ci95=[20.0, math.inf]))
+    assert found["predicted_images_per_sec_high"] is None
+    assert found["predicted_images_per_sec_low"] == pytest.approx(16 / 0.5)
+    assert found["predicted_images_per_sec"] == pytest.approx(16 / 0.25)
+    repeats = prediction(row(2, 60.0, baseline_ci95=[-4.0, 50.0]))
+    assert repeats["predicted_images_per_sec_low"] is None
+    assert repeats["predicted_images_per_sec_high"] == pytest.approx(16 / 0.16)
 
 
 def test_a_profiled_point_uses_its_exposed_communication():

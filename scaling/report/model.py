@@ -26,6 +26,7 @@ compute: contention, exposed communication, or the rest (the framework, the laun
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -52,7 +53,8 @@ def prediction(row: Dict) -> Dict:
     """The model's fields for one sweep row (after ``with_scaling``): null where the row lacks
     a baseline, or its allreduce was not measured at more than one device. The prediction is
     the middle of the overlap band at the measured figures; its low and high ends also take
-    the ends of the 95% intervals of the single figure and of the allreduce time."""
+    the ends of the 95% intervals of the single figure and of the allreduce time, and are null
+    where the single figure's interval is open on that side (too few or too noisy chunks)."""
     empty = dict.fromkeys(("predicted_images_per_sec", "predicted_images_per_sec_low",
                            "predicted_images_per_sec_high", "prediction_ratio", "loss_term",
                            "contention_s"))
@@ -67,22 +69,25 @@ def prediction(row: Dict) -> Dict:
     else:
         return empty
     low, high = row.get("baseline_ci95") or (baseline, baseline)
-    compute = tuple(row["batch_size"] / figure for figure in (baseline, high, low))
+    compute = (row["batch_size"] / baseline, row["batch_size"] / high if math.isfinite(high)
+               else None, row["batch_size"] / low if low > 0 else None)
     contention_s = contention(row)
     step_s = row["batch_size"] * devices / row["images_per_sec"]
     breakdown = row.get("step_breakdown") or {}
     exposed = breakdown["communication"] * step_s if "communication" in breakdown else None
     busy_s = compute[0] + contention_s
     middle = sum(step_band(busy_s, allreduce[0], exposed)) / 2
-    shortest = step_band(compute[1] + contention_s, allreduce[1], exposed)[0]
-    longest = step_band(compute[2] + contention_s, allreduce[2], exposed)[1]
     images = row["batch_size"] * devices
+    shortest = None if compute[1] is None else \
+        step_band(compute[1] + contention_s, allreduce[1], exposed)[0]
+    longest = None if compute[2] is None else \
+        step_band(compute[2] + contention_s, allreduce[2], exposed)[1]
     terms = {"contention": contention_s,
              "exposed communication": exposed if exposed is not None else middle - busy_s}
     terms["the rest"] = step_s - compute[0] - sum(terms.values())
     return {"predicted_images_per_sec": images / middle,
-            "predicted_images_per_sec_low": images / longest,
-            "predicted_images_per_sec_high": images / shortest,
+            "predicted_images_per_sec_low": None if longest is None else images / longest,
+            "predicted_images_per_sec_high": None if shortest is None else images / shortest,
             "prediction_ratio": row["images_per_sec"] * middle / images,
             "contention_s": contention_s,
             "loss_term": None if step_s <= compute[0] else max(terms, key=terms.get)}
