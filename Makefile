@@ -15,12 +15,17 @@ quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/scaling devices
 	$(BIN)/scaling sweep configs/quickstart.yaml --out runs/quickstart --resume --plot --html
 
+# Tests run in TEST_WORKERS pytest processes, each taking whole files, so that one file's shared
+# set-up (a private Slurm cluster, a sweep that several tests read) is made once.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: $(VENV)/.installed $(MXNET_VENV)/.installed horovod-env browser slurm
-	$(BIN)/python -m pytest -v --durations=20
+	$(PYTEST) -v --durations=20
 
 # The tests not marked slow: a few minutes, without building Horovod.
 test-fast: $(VENV)/.installed $(MXNET_VENV)/.installed
-	$(BIN)/python -m pytest -q -m "not slow" --durations=10
+	$(PYTEST) -q -m "not slow" --durations=10
 
 # Slurm and munge for the tests' private cluster, where apt-get can install them (as root on
 # Debian or Ubuntu); without them the Slurm tests skip and say why.

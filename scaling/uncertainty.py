@@ -7,7 +7,7 @@ import math
 import statistics
 from typing import Dict, List, Optional, Tuple
 
-from scipy import stats
+from scipy.special import bdtr, stdtrit
 
 CONFIDENCE = 0.95
 
@@ -17,7 +17,7 @@ def relative_half_width(samples: List[float]) -> Optional[float]:
     if len(samples) < 2:
         return None
     mean = statistics.fmean(samples)
-    half = (float(stats.t.ppf((1 + CONFIDENCE) / 2, len(samples) - 1))
+    half = (float(stdtrit(len(samples) - 1, (1 + CONFIDENCE) / 2))
             * statistics.stdev(samples) / math.sqrt(len(samples)))
     return half / mean
 
@@ -61,7 +61,7 @@ def median_interval(samples: List[float]) -> Optional[Tuple[float, float]]:
     ordered = sorted(samples)
     n = len(ordered)
     k = 0
-    while stats.binom.cdf(k, n, 0.5) <= (1 - CONFIDENCE) / 2:
+    while bdtr(k, n, 0.5) <= (1 - CONFIDENCE) / 2:
         k += 1
     if k == 0:
         return None

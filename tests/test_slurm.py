@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import check_images_per_sec, read_records, write_sweep
+from conftest import check_images_per_sec, processes_mentioning, read_records, write_sweep
 from slurmcluster import SlurmCluster, missing_binaries, wait_until
 
 from scaling.cli import cli
@@ -203,7 +203,8 @@ def test_cancel_part_way_then_resume_records_every_cell_once(cluster, tmp_path):
 @pytest.mark.slow
 def test_a_task_requeued_while_it_runs_records_once_from_its_second_run(cluster, tmp_path):
     """The cell's window lasts 10 s: the requeue comes well within its first run. Slurm holds
-    a requeued job for two minutes; the test lets it start again at once."""
+    a requeued job for two minutes; the test lets it start again once the first run's
+    processes are gone (started while they still end, Slurm takes their exit for the job's)."""
     sweep = write_sweep(tmp_path / "sweep.yaml", min_time_s=10)
     out = tmp_path / "out"
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm")
@@ -212,6 +213,7 @@ def test_a_task_requeued_while_it_runs_records_once_from_its_second_run(cluster,
     task = f"{job['job_id']}_0"
     subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
     wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued task pending")
+    wait_until(lambda: not processes_mentioning(out), "the first run's processes gone")
     subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], check=True,
                    env=cluster.env)
     scaling_ok(cluster, "status", out, "--wait")
