@@ -122,16 +122,21 @@ def main():
             runs = [one_run(framework, launcher, repeat, Path(scratch))
                     for repeat in range(args.runs)]
             results.append(summary(framework, launcher, runs))
+            write(args, results)
         if args.slurm:
             results.append(summary("torch", "torchrun over 2 Slurm nodes",
                                    two_node_runs(args.runs, Path(scratch))))
+            write(args, results)
+
+
+def write(args, results) -> None:
+    """The results so far, after each launcher: a run stopped part-way keeps what it measured."""
     if args.output:
         args.output.write_text(json.dumps({
             "benchmark": "the scaling model against 2-device cells", "config": {
                 **SHAPE, "devices": 2, "threads_per_device": 1, "runs": args.runs,
                 "device_type": "cpu", "profile": True},
             "machine": machine(), "results": results}, indent=2) + "\n")
-
 
 if __name__ == "__main__":
     main()
