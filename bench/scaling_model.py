@@ -138,5 +138,6 @@ def write(args, results) -> None:
                 "device_type": "cpu", "profile": True},
             "machine": machine(), "results": results}, indent=2) + "\n")
 
+
 if __name__ == "__main__":
     main()

@@ -204,7 +204,8 @@ def test_cancel_part_way_then_resume_records_every_cell_once(cluster, tmp_path):
 def test_a_task_requeued_while_it_runs_records_once_from_its_second_run(cluster, tmp_path):
     """The cell's window lasts 10 s: the requeue comes well within its first run. Slurm holds
     a requeued job for two minutes; the test lets it start again once the first run's
-    processes are gone (started while they still end, Slurm takes their exit for the job's)."""
+    processes are gone (started while they still ended, under load, the task once ended FAILED
+    without a record)."""
     sweep = write_sweep(tmp_path / "sweep.yaml", min_time_s=10)
     out = tmp_path / "out"
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm")

@@ -69,8 +69,7 @@ def prediction(row: Dict) -> Dict:
     else:
         return empty
     low, high = row.get("baseline_ci95") or (baseline, baseline)
-    compute = (row["batch_size"] / baseline, row["batch_size"] / high if math.isfinite(high)
-               else None, row["batch_size"] / low if low > 0 else None)
+    compute = tuple(_seconds(row["batch_size"], figure) for figure in (baseline, high, low))
     contention_s = contention(row)
     step_s = row["batch_size"] * devices / row["images_per_sec"]
     breakdown = row.get("step_breakdown") or {}
@@ -91,6 +90,11 @@ def prediction(row: Dict) -> Dict:
             "prediction_ratio": row["images_per_sec"] * middle / images,
             "contention_s": contention_s,
             "loss_term": None if step_s <= compute[0] else max(terms, key=terms.get)}
+
+
+def _seconds(batch_size: int, images_per_sec: float) -> Optional[float]:
+    """One step's seconds at ``images_per_sec``; None at an open end of an interval."""
+    return batch_size / images_per_sec if 0 < images_per_sec < math.inf else None
 
 
 def contention(row: Dict) -> float:
