@@ -11,8 +11,8 @@ from conftest import recorded_cell, write_records
 
 from scaling.cli import cli
 from scaling.report.figures import scaling_figure
-from scaling.report.model import (extrapolate, predicted_curves, prediction, ring_allreduce_s,
-                                  step_band)
+from scaling.report.model import (extrapolate, model_lines, predicted_curves, prediction,
+                                  ring_allreduce_s, step_band)
 from scaling.report.tables import series_key, with_scaling
 
 
@@ -64,6 +64,10 @@ def test_an_open_interval_of_the_single_figure_leaves_that_end_of_the_band_open(
     repeats = prediction(row(2, 60.0, baseline_ci95=[-4.0, 50.0]))
     assert repeats["predicted_images_per_sec_low"] is None
     assert repeats["predicted_images_per_sec_high"] == pytest.approx(16 / 0.16)
+    # The table prints the open end as "...".
+    rows = [{**row(2, 60.0), **found}, {**row(2, 60.0), **repeats}]
+    bands = [line[4] for line in model_lines(rows, label=lambda _: "torchrun")]
+    assert bands == ["64.0 (32.0-...)", "64.0 (...-100.0)"]
 
 
 def test_a_profiled_point_uses_its_exposed_communication():

@@ -189,6 +189,13 @@ MODEL_HEADERS = ("workload", "curve", "devices", "measured", "predicted (band)",
                  "measured / predicted", "largest loss")
 
 
+def _band(low: Optional[float], high: Optional[float]) -> str:
+    """The band as the table prints it: nothing when narrower than 5%, "..." at an open end."""
+    if low is not None and high is not None and high - low <= 0.05 * low:
+        return ""
+    return " ({}-{})".format(*("..." if end is None else f"{end:,.1f}" for end in (low, high)))
+
+
 def model_lines(rows: List[Dict], label) -> List[Tuple[str, ...]]:
     """One line per ok row with a prediction, but the baselines themselves, in
     ``MODEL_HEADERS`` order; ``label`` names a row's curve."""
@@ -198,8 +205,7 @@ def model_lines(rows: List[Dict], label) -> List[Tuple[str, ...]]:
             "baseline_launcher")
         if row.get("predicted_images_per_sec") is None or baseline_itself:
             continue
-        low, high = row["predicted_images_per_sec_low"], row["predicted_images_per_sec_high"]
-        band = f" ({low:,.1f}-{high:,.1f})" if high - low > 0.05 * low else ""
+        band = _band(row["predicted_images_per_sec_low"], row["predicted_images_per_sec_high"])
         lines.append((f"{row['workload']} at {row['image_size']}px on {row['device_type']}",
                       label(row), str(row["total_devices"]), f"{row['images_per_sec']:,.1f}",
                       f"{row['predicted_images_per_sec']:,.1f}{band}",
