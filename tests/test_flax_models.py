@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from scaling.workers.jax_worker import cached_initialisers
 from test_tensorflow_runs import trainable_parameters
 from workloads import WORKLOADS
 
@@ -43,7 +44,8 @@ def test_each_workload_trains_and_evaluates_at_its_smallest_input(name):
     deterministic."""
     workload = WORKLOADS[name]
     size = workload.min_image_size
-    model = workload.builder(MODELS)(size, 5)
+    with cached_initialisers(jax):
+        model = workload.builder(MODELS)(size, 5)
     images = jax.random.normal(jax.random.key(0), (2, size, size, workload.channels))
     forward = nnx.jit(lambda model, images: model(images))
     stats = jax.tree.leaves(nnx.state(model, nnx.BatchStat))
@@ -114,7 +116,8 @@ def test_evaluation_outputs_equal_pytorchs_given_its_weights(name, size, flatten
 
     workload = WORKLOADS[name]
     torch_model = getattr(torch_models, name)(size, workload.classes).eval()
-    flax_model = workload.builder(MODELS)(size, workload.classes)
+    with cached_initialisers(jax):
+        flax_model = workload.builder(MODELS)(size, workload.classes)
     flax_model.eval()
     _copy_torch_weights(torch_model, flax_model, flatten_chw)
     images = np.random.default_rng(0).standard_normal((2, size, size, workload.channels),

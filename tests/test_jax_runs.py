@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,12 @@ PARALLEL = ["jax", pytest.param("jax-distributed", marks=pytest.mark.slow)]
 
 
 def run_jax(out_dir, launcher="jax", workload="cifar10", devices=1, batch=4, size=16, steps=4,
-            warmup=1, extra=()):
+            warmup=1, extra=(), env=None):
     result = scaling_cli(
         "run", "--framework", "jax", "--launcher", launcher, "--workload", workload,
         "--devices", devices, "--batch-size", batch, "--image-size", size, "--steps", steps,
-        "--warmup", warmup, "--device-type", "cpu", "--timeout", 300, "--out", out_dir, *extra)
+        "--warmup", warmup, "--device-type", "cpu", "--timeout", 300, "--out", out_dir, *extra,
+        env=env)
     assert result.returncode in (0, 1), result.stderr
     record = read_records(out_dir)[-1]
     assert result.returncode == (0 if record["status"] == "ok" else 1)
@@ -59,6 +61,20 @@ def test_the_baseline_runs_without_a_mesh(out_dir):
     assert record["status"] == "ok", record["error"]
     assert record["data_parallel"] == "none"
     check_images_per_sec(record, 4 * 4)
+
+
+def test_initialisers_compile_once_per_user_and_the_step_in_every_cell(tmp_path):
+    """The model's initialisers go to a per-user cache, so that later cells load them; the step
+    never does, so ``compile_s`` stays a compile: a cell at another batch size, whose step is
+    another program, adds nothing to the cache."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cache = tmp_path / "cache" / "scaling" / "jax-initialisers"
+    assert run_jax(tmp_path / "first", launcher="single", env=env)["status"] == "ok"
+    entries = set(os.listdir(cache))
+    assert entries
+    second = run_jax(tmp_path / "second", launcher="single", batch=6, env=env)
+    assert second["status"] == "ok" and rank_reports(second)[0]["compile_s"] > 0
+    assert set(os.listdir(cache)) == entries
 
 
 @pytest.mark.parametrize("mode", ["forward", "forward_backward", "train"])

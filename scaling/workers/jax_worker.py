@@ -19,12 +19,44 @@ the cell.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import time
 
 from scaling.workers import common
 from scaling.workers.compute import compute_report
 from scaling.workers.jax_parallel import PARALLEL, JaxCollective, start
 from scaling.workers.loop import run_worker
+
+
+INITIALISER_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                 "scaling", "jax-initialisers")
+"""Where :func:`cached_initialisers` keeps the compiled initialisers, per user, as pip keeps
+its wheels."""
+
+
+@contextlib.contextmanager
+def cached_initialisers(jax):
+    """Inside, XLA's persistent compilation cache writes every program compiled, to
+    ``INITIALISER_CACHE``; after, it writes none. A Flax model's construction compiles one
+    initialiser per kernel shape (a truncated normal, about 0.2 s each on a CPU core, 20 s for
+    GoogLeNet's), and later processes load them instead. The step, compiled after, is never
+    written, so ``compile_s`` stays a compile. A cache folder the user set is left alone."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    if jax.config.jax_compilation_cache_dir not in (None, "", INITIALISER_CACHE):
+        yield
+        return
+    if jax.config.jax_compilation_cache_dir != INITIALISER_CACHE:
+        jax.config.update("jax_compilation_cache_dir", INITIALISER_CACHE)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        compilation_cache.reset_cache()  # in case this process compiled before, cache off
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", math.inf)
 
 
 class JaxSession:
@@ -40,7 +72,8 @@ class JaxSession:
         self.jax, self.nnx, self.cell, self.mode = jax, nnx, cell, cell["mode"]
         self.parallel = PARALLEL[cell["data_parallel"]](jax, cell)
         self.workload = workload = get_workload(cell["workload"])
-        model = workload.builder(cell["models"])(cell["image_size"], workload.classes)
+        with cached_initialisers(jax):
+            model = workload.builder(cell["models"])(cell["image_size"], workload.classes)
         if self.mode == "forward":
             model.eval()
         else:
