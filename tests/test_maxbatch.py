@@ -60,7 +60,7 @@ def assert_confirmed(out_dir, row, step):
 
 @pytest.mark.slow
 def test_found_batch_runs_and_the_next_size_up_runs_out_of_memory(out_dir):
-    result = scaling_cli(*SEARCH, "--devices", "1,2", "--min", 64, "--steps", 1, "--headroom", 0.9,
+    result = scaling_cli(*SEARCH, "--devices", "1,2", "--min", 128, "--steps", 1, "--headroom", 0.9,
                          "--out", out_dir)
     assert result.returncode == 0, result.stderr
     found = read_maxbatch(out_dir)
@@ -99,7 +99,7 @@ def test_a_trial_that_fails_otherwise_twice_stops_the_search_naming_its_batch(ou
 
 @pytest.mark.slow
 def test_killed_search_resumes_without_repeating_a_trial(out_dir):
-    argv = [sys.executable, "-m", "scaling", *map(str, SEARCH), "--devices", "1", "--min", "64",
+    argv = [sys.executable, "-m", "scaling", *map(str, SEARCH), "--devices", "1", "--min", "128",
             "--out", str(out_dir)]
     search = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while len(ResultStore(out_dir).records()) < 2:
