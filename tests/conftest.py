@@ -22,6 +22,18 @@ def scaling_cli(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
     )
 
 
+def scaling_in_process(*args):
+    """The command line in this process (click's CliRunner), for input that is refused before
+    any worker starts: its exit status as ``returncode``, its ``stdout`` and ``stderr``."""
+    from click.testing import CliRunner
+
+    from scaling.cli import cli
+
+    result = CliRunner().invoke(cli, [str(arg) for arg in args], prog_name="scaling")
+    result.returncode = result.exit_code
+    return result
+
+
 def read_records(out_dir) -> list:
     path = Path(out_dir) / "results.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import read_records, scaling_cli, scaling_cli_ok
+from conftest import read_records, scaling_cli_ok, scaling_in_process
 
 from scaling.execute.aggregate import bus_factor
 from scaling.execute.allreduce import DEFAULT_SIZES, marks, parse_sizes
@@ -84,11 +84,11 @@ def test_sizes_default_to_4kib_to_256mib_in_steps_of_4x_and_bad_ones_are_refused
     assert all(b == 4 * a for a, b in zip(DEFAULT_SIZES, DEFAULT_SIZES[1:]))
     assert parse_sizes("1MiB,4KiB") == [4096, 2**20]
     for bad in ("4KiB,6", "none", ""):
-        result = scaling_cli("allreduce", "--device-type", "cpu", "--sizes", bad,
-                             "--out", out_dir)
+        result = scaling_in_process("allreduce", "--device-type", "cpu", "--sizes", bad,
+                                    "--out", out_dir)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) <= 3
-    result = scaling_cli("allreduce", "--launcher", "single", "--device-type", "cpu",
-                         "--out", out_dir)
+    result = scaling_in_process("allreduce", "--launcher", "single", "--device-type", "cpu",
+                                "--out", out_dir)
     assert result.returncode == 2 and "single has no collective" in result.stderr
 
 

@@ -6,17 +6,8 @@ from __future__ import annotations
 
 import conftest
 import pytest
-from click.testing import CliRunner
-from conftest import write_sweep
+from conftest import scaling_in_process, write_sweep
 
-from scaling.cli import cli
-
-
-def scaling_cli(*args):
-    """The command line in this process, with its exit status as ``returncode``."""
-    result = CliRunner().invoke(cli, [str(arg) for arg in args], prog_name="scaling")
-    result.returncode = result.exit_code
-    return result
 
 
 def assert_one_line_error(result, *fragments, code=2):
@@ -34,14 +25,14 @@ RUN = ("run", "--device-type", "cpu", "--steps", 1, "--warmup", 0)
 
 
 def test_unknown_workload_names_the_valid_ones():
-    result = scaling_cli(*RUN, "--workload", "vgg16", "--batch-size", 2)
+    result = scaling_in_process(*RUN, "--workload", "vgg16", "--batch-size", 2)
     assert_one_line_error(result, "unknown workload 'vgg16'",
                           "alexnet, cifar10, googlenet, inception_v3, mnist_mlp, resnet50")
 
 
 @pytest.mark.parametrize("batch", [0, -4])
 def test_non_positive_batch_is_refused(batch):
-    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", batch)
+    result = scaling_in_process(*RUN, "--workload", "cifar10", "--batch-size", batch)
     assert_one_line_error(result, f"batch size must be a positive integer, got {batch}")
 
 
@@ -49,78 +40,80 @@ def test_more_gpus_than_exist_is_refused():
     from scaling.hardware import gpu_count
 
     wanted = gpu_count() + 1
-    result = scaling_cli("run", "--device-type", "gpu", "--devices", wanted,
-                         "--workload", "cifar10", "--batch-size", 2)
+    result = scaling_in_process("run", "--device-type", "gpu", "--devices", wanted,
+                                "--workload", "cifar10", "--batch-size", 2)
     assert_one_line_error(result, f"{wanted} GPUs requested but this machine has {gpu_count()}")
 
 
 def test_image_below_the_workload_minimum_is_refused():
-    result = scaling_cli(*RUN, "--workload", "inception_v3", "--batch-size", 2,
-                         "--image-size", 32)
+    result = scaling_in_process(*RUN, "--workload", "inception_v3", "--batch-size", 2,
+                                "--image-size", 32)
     assert_one_line_error(result, "below inception_v3's smallest input, 75")
 
 
 def test_bad_memory_limit_is_refused():
-    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", 2,
-                         "--memory-limit", "lots")
+    result = scaling_in_process(*RUN, "--workload", "cifar10", "--batch-size", 2,
+                                "--memory-limit", "lots")
     assert_one_line_error(result, "bad memory size 'lots'")
 
 
 def test_unknown_yaml_key_names_the_file_and_the_valid_keys(tmp_path):
     config = write_sweep(tmp_path / "typo.yaml", batch_size=[4])
-    result = scaling_cli("sweep", config)
+    result = scaling_in_process("sweep", config)
     assert_one_line_error(result, str(config), "unknown key 'batch_size'", "batch_sizes")
 
 
 def test_unknown_framework_and_launcher_are_refused(tmp_path):
     config = write_sweep(tmp_path / "fw.yaml", frameworks={"caffe": {"launchers": ["x"]}})
-    assert_one_line_error(scaling_cli("sweep", config), "unknown framework 'caffe'", "torch")
+    assert_one_line_error(scaling_in_process("sweep", config), "unknown framework 'caffe'",
+                          "torch")
     config = write_sweep(tmp_path / "ln.yaml", frameworks={"torch": {"launchers": ["mpirun"]}})
-    assert_one_line_error(scaling_cli("sweep", config), "'mpirun' is not a torch launcher",
+    assert_one_line_error(scaling_in_process("sweep", config), "'mpirun' is not a torch launcher",
                           "torchrun")
 
 
 def test_invalid_yaml_is_refused(tmp_path):
     config = tmp_path / "broken.yaml"
     config.write_text("workloads: [cifar10\n")
-    assert_one_line_error(scaling_cli("sweep", config), "not valid YAML")
+    assert_one_line_error(scaling_in_process("sweep", config), "not valid YAML")
 
 
 def test_missing_sweep_file_is_refused(tmp_path):
-    assert_one_line_error(scaling_cli("sweep", tmp_path / "none.yaml"), "cannot read sweep file")
+    assert_one_line_error(scaling_in_process("sweep", tmp_path / "none.yaml"),
+                          "cannot read sweep file")
 
 
 def test_several_nodes_need_a_rendezvous_and_a_multi_node_launcher():
-    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", 2, "--nodes", 2)
+    result = scaling_in_process(*RUN, "--workload", "cifar10", "--batch-size", 2, "--nodes", 2)
     assert_one_line_error(result, "needs a rendezvous endpoint")
-    result = scaling_cli(*RUN, "--framework", "tensorflow", "--launcher", "tf-mirrored",
-                         "--workload", "cifar10", "--batch-size", 2, "--nodes", 2,
-                         "--rendezvous", "node0:29500")
+    result = scaling_in_process(*RUN, "--framework", "tensorflow", "--launcher", "tf-mirrored",
+                                "--workload", "cifar10", "--batch-size", 2, "--nodes", 2,
+                                "--rendezvous", "node0:29500")
     assert_one_line_error(result, "tf-mirrored runs on one node")
 
 
 def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", 2,
-                         "--out", blocker / "sub")
+    result = scaling_in_process(*RUN, "--workload", "cifar10", "--batch-size", 2,
+                                "--out", blocker / "sub")
     assert_one_line_error(result, f"cannot create output folder {blocker / 'sub'}")
     config = write_sweep(tmp_path / "sweep.yaml")
-    result = scaling_cli("sweep", config, "--out", blocker / "sub")
+    result = scaling_in_process("sweep", config, "--out", blocker / "sub")
     assert_one_line_error(result, "cannot create output folder")
 
 
 @pytest.mark.parametrize("endpoint", ["node0", "node0:", ":29500", "node0:99999", "a b:1"])
 def test_a_rendezvous_that_is_not_host_port_is_refused(endpoint):
-    result = scaling_cli(*RUN, "--workload", "cifar10", "--batch-size", 2, "--nodes", 2,
-                         "--rendezvous", endpoint)
+    result = scaling_in_process(*RUN, "--workload", "cifar10", "--batch-size", 2, "--nodes", 2,
+                                "--rendezvous", endpoint)
     assert_one_line_error(result, "--rendezvous takes host:port", repr(endpoint))
 
 
 @pytest.mark.parametrize("framework, smallest", [("torch", "1.00 GiB"), ("mxnet", "512.00 MiB")])
 def test_a_memory_limit_too_small_to_start_a_worker_names_the_smallest(framework, smallest):
-    result = scaling_cli(*RUN, "--framework", framework, "--workload", "cifar10",
-                         "--batch-size", 2, "--memory-limit", "100MiB")
+    result = scaling_in_process(*RUN, "--framework", framework, "--workload", "cifar10",
+                                "--batch-size", 2, "--memory-limit", "100MiB")
     assert_one_line_error(result, f"too small to start a {framework} worker",
                           f"smallest that works is {smallest}")
 
@@ -131,7 +124,7 @@ def test_more_cpu_threads_than_cores_is_refused_unless_allowed(tmp_path):
 
     args = (*RUN, "--workload", "cifar10", "--batch-size", 2, "--image-size", 16,
             "--devices", 2, "--threads-per-device", cpu_cores(), "--out", tmp_path)
-    assert_one_line_error(scaling_cli(*args), "measure contention, not scaling",
+    assert_one_line_error(scaling_in_process(*args), "measure contention, not scaling",
                           "--allow-oversubscribe")
     allowed = conftest.scaling_cli(*args, "--allow-oversubscribe")
     assert allowed.returncode == 0, allowed.stderr

@@ -5,7 +5,8 @@ from __future__ import annotations
 import csv
 
 import pytest
-from conftest import recorded_cell, scaling_cli, scaling_cli_ok, write_records, write_sweep
+from conftest import (recorded_cell, scaling_cli, scaling_cli_ok, scaling_in_process,
+                      write_records, write_sweep)
 
 from scaling.report.compare import Figure, compare, parse_threshold, verdict
 
@@ -111,7 +112,7 @@ def test_a_cell_that_now_runs_out_of_memory_is_a_regression(tmp_path):
 @pytest.mark.parametrize("text", ["five", "150%", "-1"])
 def test_a_bad_threshold_is_a_one_line_error(tmp_path, text):
     folder = write_records(tmp_path / "base", [recorded_cell(1, 100.0)])
-    result = scaling_cli("compare", folder, folder, "--threshold", text)
+    result = scaling_in_process("compare", folder, folder, "--threshold", text)
     assert result.returncode == 2
     assert f"--threshold takes a percentage such as 5% or a fraction such as 0.05, got " \
            f"{text!r}" in result.stderr
@@ -125,6 +126,6 @@ def test_threshold_reads_percent_or_fraction():
 def test_a_folder_without_results_is_a_one_line_error(tmp_path):
     folder = write_records(tmp_path / "base", [recorded_cell(1, 100.0)])
     (tmp_path / "empty").mkdir()
-    result = scaling_cli("compare", folder, tmp_path / "empty")
+    result = scaling_in_process("compare", folder, tmp_path / "empty")
     assert result.returncode == 2
     assert "holds no results" in result.stderr

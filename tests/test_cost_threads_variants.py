@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import yaml
-from conftest import (read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_records,
-                      write_sweep)
+from conftest import (read_records, recorded_cell, scaling_cli_ok, scaling_in_process,
+                      write_records, write_sweep)
 
 from scaling.cli.options import parse_prices
 from scaling.errors import ScalingError
@@ -108,7 +108,7 @@ def test_two_environments_of_one_framework_are_two_curves(tmp_path):
 
 
 def test_a_variant_must_name_its_framework(tmp_path):
-    result = scaling_cli("sweep", write_sweep(tmp_path / "sweep.yaml", frameworks={
+    result = scaling_in_process("sweep", write_sweep(tmp_path / "sweep.yaml", frameworks={
         "tensorflow@tf215": {"launchers": ["tf-mirrored"]}}), "--out", tmp_path / "out")
     assert result.returncode == 2
     assert "unknown framework 'tensorflow@tf215'" in result.stderr

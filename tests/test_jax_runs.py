@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_images_per_sec, rank_reports, read_records, scaling_cli
+from conftest import (check_images_per_sec, rank_reports, read_records, scaling_cli,
+                      scaling_in_process)
 
 pytest.importorskip("jax", reason="JAX is not installed (pip install -e '.[jax]')")
 
@@ -127,9 +128,9 @@ def test_the_profile_splits_the_step_and_names_the_allreduce(out_dir, launcher):
 
 
 def test_real_data_is_refused_before_anything_starts(out_dir, tmp_path):
-    result = scaling_cli("run", "--framework", "jax", "--workload", "cifar10", "--batch-size", 4,
-                         "--data", tmp_path,
-                         "--device-type", "cpu", "--out", out_dir)
+    result = scaling_in_process("run", "--framework", "jax", "--workload", "cifar10",
+                                "--batch-size", 4, "--data", tmp_path, "--device-type", "cpu",
+                                "--out", out_dir)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "Error: jax workers have no input pipeline for real images; run them without --data "

@@ -6,7 +6,7 @@ import csv
 import os
 
 import pytest
-from conftest import read_records, scaling_cli, scaling_cli_ok
+from conftest import read_records, scaling_cli_ok, scaling_in_process
 
 from scaling.execute.matmul import MATMUL_COLUMNS, crossover, parse_sizes
 from scaling.report.figures import matmul_figures
@@ -93,7 +93,7 @@ def test_with_both_devices_there_are_both_plots():
     (("--framework", "mxnet"), "unknown matmul framework 'mxnet'; valid: torch, tensorflow, jax"),
 ])
 def test_bad_input_is_a_one_line_error(tmp_path, args, message):
-    result = scaling_cli("matmul", *args, "--out", tmp_path)
+    result = scaling_in_process("matmul", *args, "--out", tmp_path)
     assert result.returncode == 2
     assert message in result.stderr
 

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import read_records, scaling_cli, write_sweep
+from conftest import read_records, scaling_cli, scaling_in_process, write_sweep
 
 from scaling.errors import ScalingError
 from scaling.execute.store import ResultStore
@@ -60,8 +60,8 @@ def assert_confirmed(out_dir, row, step):
 
 @pytest.mark.slow
 def test_found_batch_runs_and_the_next_size_up_runs_out_of_memory(out_dir):
-    result = scaling_cli(*SEARCH, "--devices", "1,2", "--min", 128, "--steps", 1, "--headroom", 0.9,
-                         "--out", out_dir)
+    result = scaling_cli(*SEARCH, "--devices", "1,2", "--min", 128, "--steps", 1,
+                         "--headroom", 0.9, "--out", out_dir)
     assert result.returncode == 0, result.stderr
     found = read_maxbatch(out_dir)
     assert set(found) == {1, 2}
@@ -147,8 +147,8 @@ def test_bad_search_bounds_are_refused(bounds, message):
 
 
 def test_a_cpu_search_without_a_memory_cap_is_refused_on_the_command_line(out_dir):
-    result = scaling_cli("maxbatch", "--workload", "cifar10", "--device-type", "cpu",
-                         "--out", out_dir)
+    result = scaling_in_process("maxbatch", "--workload", "cifar10", "--device-type", "cpu",
+                                "--out", out_dir)
     assert result.returncode == 2
     assert "on CPU devices the search needs --memory-limit" in result.stderr
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_images_per_sec, rank_reports, read_records, scaling_cli, write_sweep
+from conftest import (check_images_per_sec, rank_reports, read_records, scaling_cli,
+                      scaling_in_process, write_sweep)
 from scaling.frameworks import get_framework
 from scaling.workers.mxnet_worker import cpu_has_bf16
 from test_tensorflow_runs import trainable_parameters
@@ -110,8 +111,9 @@ def test_kvstore_choice_is_recorded_and_checked(out_dir):
                     extra=("--option", "kvstore=device"))
     assert record["status"] == "ok", record["error"]
     assert rank_reports(record)[0]["kvstore"] == "device"
-    refused = scaling_cli("run", "--framework", "mxnet", "--launcher", "mxnet-kvstore",
-                          "--workload", "cifar10", "--batch-size", 2, "--option", "kvstore=mpi")
+    refused = scaling_in_process("run", "--framework", "mxnet", "--launcher", "mxnet-kvstore",
+                                 "--workload", "cifar10", "--batch-size", 2,
+                                 "--option", "kvstore=mpi")
     assert refused.returncode == 2
     assert "option kvstore takes one of device, nccl, local; got 'mpi'" in refused.stderr
 

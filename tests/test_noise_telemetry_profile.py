@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok, wait_until
+from conftest import rank_reports, read_records, scaling_cli_ok, scaling_in_process, wait_until
 
 from scaling.execute.monitor import (NOISE_CORES, QUIET_CHECK_S, SAMPLE_S, TELEMETRY_FILE,
                                      CellMonitor, Nvml, other_cores, summarize_watch,
@@ -164,7 +164,7 @@ def test_no_telemetry_samples_nothing_but_still_looks_before_the_cell(gave_up):
 
 
 def test_a_bad_wait_is_a_one_line_error(out_dir):
-    result = scaling_cli(*CELL, "--out", out_dir, "--wait-for-quiet=soon")
+    result = scaling_in_process(*CELL, "--out", out_dir, "--wait-for-quiet=soon")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == \
         "Error: Invalid value for '--wait-for-quiet': 'soon' is not a valid float."

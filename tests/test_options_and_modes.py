@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from conftest import rank_reports, read_records, scaling_cli, scaling_cli_ok, write_sweep
+from conftest import rank_reports, read_records, scaling_cli_ok, scaling_in_process, write_sweep
 
 OPTIONS = {"plain": (), "amp": ("--option", "amp=true"),
            "channels_last": ("--option", "channels_last=true")}
@@ -67,8 +67,8 @@ def test_torch_compile_time_stays_out_of_the_window(out_dir):
     ("channels_last=3", "option channels_last takes a bool, got 3"),
 ])
 def test_unknown_options_and_values_are_refused_with_the_valid_ones(out_dir, option, message):
-    result = scaling_cli("run", "--workload", "cifar10", "--batch-size", 2, "--option", option,
-                         "--out", out_dir)
+    result = scaling_in_process("run", "--workload", "cifar10", "--batch-size", 2,
+                                "--option", option, "--out", out_dir)
     assert result.returncode == 2
     assert message in result.stderr
     assert not (out_dir / "results.jsonl").exists()

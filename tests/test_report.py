@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import recorded_cell as record
-from conftest import scaling_cli
+from conftest import scaling_cli, scaling_in_process
 
 from scaling.report.tables import series_key, speedup_vs_linear, with_scaling
 from scaling.schema import CSV_COLUMNS
@@ -103,7 +103,7 @@ def test_report_command_writes_csv_and_marks_failures(tmp_path):
 
 
 def test_report_of_an_empty_folder_is_a_one_line_error(tmp_path):
-    result = scaling_cli("report", tmp_path)
+    result = scaling_in_process("report", tmp_path)
     assert result.returncode == 2
     assert "no results in" in result.stderr
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import (check_images_per_sec, leftover_cell_processes, rank_reports, read_records,
-                      scaling_cli, write_sweep)
+                      scaling_cli, scaling_in_process, write_sweep)
 from workloads import WORKLOADS
 
 LAUNCHERS = ["tf-mirrored", "tf-multiworker"]
@@ -167,9 +167,9 @@ def test_xla_with_mixed_precision_on_cpu_is_an_error_with_the_reason(out_dir):
 
 
 def test_unknown_option_is_refused(out_dir):
-    result = scaling_cli("run", "--framework", "tensorflow", "--launcher", "tf-mirrored",
-                         "--workload", "cifar10", "--batch-size", 2, "--option", "fast=true",
-                         "--out", out_dir)
+    result = scaling_in_process("run", "--framework", "tensorflow", "--launcher", "tf-mirrored",
+                                "--workload", "cifar10", "--batch-size", 2,
+                                "--option", "fast=true", "--out", out_dir)
     assert result.returncode == 2
     assert ("unknown option 'fast' for tensorflow under tf-mirrored; valid options: "
             "mixed_precision, xla") in result.stderr
