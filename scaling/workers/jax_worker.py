@@ -10,12 +10,11 @@ The step is compiled ahead of time, before the warm-up, and the compile time is 
 (``block_until_ready``) only at chunk boundaries. XLA's ``RESOURCE_EXHAUSTED`` is out of memory.
 
 Options: ``amp`` (every layer computes in bfloat16, its ``dtype``, over float32 parameters and
-optimizer state, the loss in float32) and ``donate`` (true unless set false: the step donates
-the buffers of the state it replaces, so the state is updated in place). Modes: ``train``; ``forward`` (the model in
-evaluation mode, no collective); ``forward_backward`` (the gradients, averaged over the devices,
-are the step's output, with no update). Each replica's synthetic batch is seeded by its index in
-the cell.
-"""
+optimizer state, the loss in float32) and ``donate`` (true unless set false: the step donates the
+buffers of the state it replaces, so the state is updated in place). Modes: ``train``; ``forward``
+(the model in evaluation mode, no collective); ``forward_backward`` (the gradients, averaged over
+the devices, are the step's output, with no update). Each replica's synthetic batch is seeded by
+its index in the cell. """
 
 from __future__ import annotations
 
