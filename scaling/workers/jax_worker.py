@@ -14,7 +14,8 @@ optimizer state, the loss in float32) and ``donate`` (true unless set false: the
 buffers of the state it replaces, so the state is updated in place). Modes: ``train``; ``forward``
 (the model in evaluation mode, no collective); ``forward_backward`` (the gradients, averaged over
 the devices, are the step's output, with no update). Each replica's synthetic batch is seeded by
-its index in the cell. """
+its index in the cell.
+"""
 
 from __future__ import annotations
 
