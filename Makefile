@@ -9,19 +9,24 @@ EXTRAS ?= torch,tensorflow,jax,plot,test
 # MXNet 1.9.1 needs numpy<1.24, so it has its own environment; its workers run there.
 MXNET_VENV ?= .venv-mxnet
 
-.PHONY: quickstart test test-fast env mxnet-env horovod-env browser slurm
+.PHONY: quickstart test test-times test-fast env mxnet-env horovod-env browser slurm
 
 quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
 	$(BIN)/scaling devices
 	$(BIN)/scaling sweep configs/quickstart.yaml --out runs/quickstart --resume --plot --html
 
 # Tests run in TEST_WORKERS pytest processes, each taking whole files, so that one file's shared
-# set-up (a private Slurm cluster, a sweep that several tests read) is made once.
+# set-up (a private Slurm cluster, a sweep that several tests read) is made once. The longest
+# files go first (tests/file_times.json, refreshed by `make test-times`), so both end together.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: $(VENV)/.installed $(MXNET_VENV)/.installed horovod-env browser slurm
 	$(PYTEST) -v --durations=20
+
+# The whole suite, adding each file's time to tests/file_times.json.
+test-times: $(VENV)/.installed $(MXNET_VENV)/.installed horovod-env browser slurm
+	$(PYTEST) -q --record-file-times
 
 # The tests not marked slow: a few minutes, without building Horovod.
 test-fast: $(VENV)/.installed $(MXNET_VENV)/.installed

@@ -134,3 +134,41 @@ def write_sweep(path: Path, **overrides) -> Path:
 @pytest.fixture
 def out_dir(tmp_path) -> Path:
     return tmp_path / "out"
+
+
+
+# Test files run longest first, so that the pytest processes, each taking whole files, finish
+# together: the times are each file's total from the last `--record-file-times` run (files not
+# listed run last, in their own order). The Makefile turns off xdist's own order (by count).
+FILE_TIMES = Path(__file__).with_name("file_times.json")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-file-times", action="store_true",
+                     help=f"add each test file's total time in this run to tests/{FILE_TIMES.name}")
+
+
+def pytest_collection_modifyitems(items):
+    times = json.loads(FILE_TIMES.read_text()) if FILE_TIMES.exists() else {}
+    items.sort(key=lambda item: -times.get(item.path.name, 0.0))
+
+
+class FileTimes:
+    """Sums the set-up, call and tear-down times of each file's tests, written at the end."""
+
+    def __init__(self):
+        self.times = {}
+
+    def pytest_runtest_logreport(self, report):
+        name = Path(report.nodeid.split("::")[0]).name
+        self.times[name] = self.times.get(name, 0.0) + report.duration
+
+    def pytest_sessionfinish(self):
+        times = json.loads(FILE_TIMES.read_text()) if FILE_TIMES.exists() else {}
+        times.update({name: round(total, 1) for name, total in self.times.items()})
+        FILE_TIMES.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")
+
+
+def pytest_configure(config):
+    if config.getoption("record_file_times") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(FileTimes())

@@ -7,11 +7,11 @@ import pytest
 from conftest import read_records, scaling_cli_ok
 
 from scaling.peaks import compute_facts, gpu_peak
-from scaling.workers.compute import torch_flops_per_image
+from scaling.workers.compute import tensorflow_flops_per_image, torch_flops_per_image
 from workloads import get_workload
 
-RESNET50_224 = ("--workload", "resnet50", "--image-size", 224, "--batch-size", 1, "--steps", 1,
-                "--warmup", 0, "--device-type", "cpu")
+SMALL_CELL = ("--workload", "cifar10", "--batch-size", 4, "--steps", 2, "--warmup", 1,
+              "--device-type", "cpu")
 
 
 def run_one(out_dir, framework, *args) -> dict:
@@ -33,22 +33,37 @@ def check_facts(record) -> None:
     assert record["peak_source"].startswith("measured fp32 matrix-product ceiling")
 
 
+def count(framework, workload, image_size) -> float:
+    """One image's train FLOPs from the framework's own counter, in this process."""
+    if framework == "torch":
+        return torch_flops_per_image("workloads.torch_models", workload, image_size, "train")
+    import tensorflow as tf
+
+    return tensorflow_flops_per_image(
+        tf, lambda: workload.builder("workloads.keras_models")(image_size, workload.classes),
+        workload, image_size, "train")
+
+
 @pytest.mark.slow
-def test_resnet50_at_224_counts_20_to_29_gflops_in_train_and_tensorflow_agrees(out_dir):
-    torch_record = run_one(out_dir, "torch", *RESNET50_224)
-    assert 20e9 <= torch_record["flops_per_image"] <= 29e9
-    assert torch_record["gradient_bytes"] == 4 * torch_record["params"]
-    check_facts(torch_record)
-    tf_record = run_one(out_dir, "tensorflow", *RESNET50_224)
-    assert tf_record["flops_per_image"] == pytest.approx(torch_record["flops_per_image"],
-                                                         rel=0.05)
-    check_facts(tf_record)
+def test_resnet50_at_224_counts_20_to_29_gflops_in_train_and_tensorflow_agrees():
+    torch_count = count("torch", get_workload("resnet50"), 224)
+    assert 20e9 <= torch_count <= 29e9
+    assert count("tensorflow", get_workload("resnet50"), 224) == pytest.approx(torch_count,
+                                                                                rel=0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_a_cell_records_its_frameworks_count_and_the_figures_that_follow(out_dir, framework):
+    record = run_one(out_dir, framework, *SMALL_CELL)
+    assert record["flops_per_image"] == count(framework, get_workload("cifar10"), 32)
+    assert record["gradient_bytes"] == 4 * record["params"]
+    check_facts(record)
 
 
 @pytest.mark.slow
 def test_mxnet_counts_with_torch_on_the_same_architecture(out_dir):
-    record = run_one(out_dir, "mxnet", "--workload", "cifar10", "--batch-size", 4, "--steps", 2,
-                     "--warmup", 1, "--device-type", "cpu")
+    record = run_one(out_dir, "mxnet", *SMALL_CELL)
     assert record["flops_per_image"] == torch_flops_per_image(
         "workloads.torch_models", get_workload("cifar10"), 32, "train")
     assert record["gradient_bytes"] == 4 * record["params"]
