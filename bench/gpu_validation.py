@@ -64,7 +64,7 @@ def throughput(args) -> dict:
         "steps": args.steps, "warmup": args.warmup, "timeout_s": 300,
     }))
     cells = args.out / "cells"
-    scaling("sweep", sweep, "--out", cells, "--resume")
+    scaling("sweep", sweep, "--out", cells, "--resume", check_codes=(0, 1))  # oom_batch: oom
     timed = ("--steps", args.steps, "--warmup", args.warmup, "--out", cells)
     for batch in (64, 128):
         scaling("run", *RESNET, "--batch-size", batch, *AMP_CL, *timed)

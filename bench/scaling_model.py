@@ -80,13 +80,13 @@ def two_node_runs(runs: int, scratch: Path) -> list:
                 "image_size": SHAPE["image_size"], "steps": SHAPE["steps"],
                 "warmup": SHAPE["warmup"], "threads_per_device": 1, "profile": True}))
             out = scratch / f"two-nodes-{repeat}"
-            subprocess.run([sys.executable, "-m", "scaling", "sweep", str(sweep), "--out",
-                            str(out), "--backend", "slurm", "--wait"], check=True,
-                           env=cluster.env, capture_output=True)
+            swept = subprocess.run([sys.executable, "-m", "scaling", "sweep", str(sweep),
+                                    "--out", str(out), "--backend", "slurm", "--wait"],
+                                   env=cluster.env, capture_output=True, text=True)
             records = ResultStore(out).records()
-            failed = [r["error"] for r in records if r["status"] != "ok"]
-            if failed:
-                raise SystemExit(f"two-node sweep: {failed}")
+            if swept.returncode:
+                raise SystemExit(f"two-node sweep exited {swept.returncode}: "
+                                 f"{[r['error'] for r in records] or swept.stderr}")
             results.append(model_fields(records))
     return results
 

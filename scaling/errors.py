@@ -8,6 +8,8 @@ Exit status: 0 done; 1 a cell failed or ``compare`` found a regression; 2 bad in
 
 from __future__ import annotations
 
+from typing import Iterable
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -25,6 +27,15 @@ class InfrastructureError(ScalingError):
     a missing framework environment. Input that is fine may succeed when it is retried."""
 
     exit_code = EXIT_INFRASTRUCTURE
+
+
+def exit_status(statuses: Iterable[str]) -> int:
+    """The exit status of cells that ended with ``statuses``: 3 when an environment was missing
+    (``env_error``), 1 when another cell was not ``ok``, 0 when all were."""
+    ends = set(statuses)
+    if "env_error" in ends:
+        return EXIT_INFRASTRUCTURE
+    return EXIT_FAILED if ends - {"ok"} else EXIT_OK
 
 
 def positive_int(name: str, value) -> int:

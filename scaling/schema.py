@@ -89,7 +89,7 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
 
 RECORD_FIELDS: Dict[str, str] = {
     "cell": "the cell's id: a hash of what is measured",
-    "framework": "torch, tensorflow or mxnet",
+    "framework": "torch, tensorflow, mxnet or jax",
     "launcher": "how the ranks were started",
     "data_parallel": "the data-parallel mechanism the workers built: ddp, mirrored, "
                      "multiworker, kvstore or horovod",

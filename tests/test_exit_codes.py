@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import scaling_cli
 
 from scaling.cli import cli
-from scaling.errors import InfrastructureError
+from scaling.errors import InfrastructureError, exit_status
 from scaling.placement import free_port_block
 
 TINY = ("run", "--framework", "torch", "--workload", "mnist_mlp", "--batch-size", 2,
@@ -26,6 +26,19 @@ def test_an_ok_cell_exits_0_and_a_crashed_one_exits_1(tmp_path):
                           env={**os.environ, "SCALING_FAULT": "crash@0:0"})
     assert crashed.returncode == 1, crashed.stderr
     assert crashed.stdout.startswith("crashed: rank 0 killed by SIGKILL")
+
+
+def test_several_cells_exit_with_their_worst_end():
+    """``sweep``, ``status --wait`` and ``maxbatch`` end as their worst cell: a missing
+    environment over a failed cell over ok. The commands themselves: tests/test_failures.py
+    (a sweep with an oom cell exits 1), tests/test_maxbatch.py (a search that gave up, 1),
+    tests/test_slurm.py (a cancelled cell, 1, for sweep and status --wait) and
+    tests/test_mxnet_runs.py (a missing environment, 3)."""
+    assert exit_status(["ok", "ok"]) == 0
+    assert exit_status(["ok", "oom"]) == 1
+    assert exit_status(["timeout", "ok", "cancelled"]) == 1
+    assert exit_status(["crashed", "env_error", "ok"]) == 3
+    assert exit_status([]) == 0
 
 
 def test_bad_input_exits_2():

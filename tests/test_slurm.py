@@ -163,7 +163,8 @@ def test_a_jax_distributed_cell_over_two_nodes(cluster, tmp_path):
 def test_a_data_folder_the_nodes_cannot_read_fails_the_cell_before_training(cluster, tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], data=str(tmp_path / "missing"))
     out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
+    result = scaling(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
+    assert result.returncode == 1, result.stdout + result.stderr
     [record] = read_records(out)
     assert record["status"] == "error"
     assert f"RuntimeError: data folder {tmp_path}/missing is not readable on n" in \
@@ -176,8 +177,9 @@ def test_a_cell_past_its_time_limit_ends_as_timeout(cluster, tmp_path):
     """Slurm's smallest time limit is a minute: the cell hangs past it."""
     sweep = write_sweep(tmp_path / "sweep.yaml", timeout_s=3600)
     out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--time", "1",
-               "--wait", env={**cluster.env, "SCALING_FAULT": "hang@0:1"})
+    result = scaling(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--time", "1",
+                     "--wait", env={**cluster.env, "SCALING_FAULT": "hang@0:1"})
+    assert result.returncode == 1, result.stdout + result.stderr
     [record] = read_records(out)
     assert record["status"] == "timeout"
     assert "ended TIMEOUT" in record["error"]
@@ -190,14 +192,16 @@ def test_cancel_part_way_then_resume_records_every_cell_once(cluster, tmp_path):
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--parallel", 1)
     wait_until(lambda: (out / "results.jsonl").exists(), "first record")
     assert "cancelled" in scaling_ok(cluster, "cancel", out).stdout
-    resumed = scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm",
-                         "--resume", "--wait")
+    resumed = scaling(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--resume",
+                      "--wait")
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr  # cancelled cells
     assert "0 submitted" in resumed.stdout
     cells = by_cell(read_records(out))
     assert len(cells) == 3 and all(len(records) == 1 for records in cells.values())
     statuses = sorted(records[0]["status"] for records in cells.values())
     assert statuses[0] == "cancelled" and statuses[-1] == "ok"
     assert set(statuses) == {"ok", "cancelled"}
+    scaling_here(cluster, "status", out, "--wait", exit_code=1)
 
 
 @pytest.mark.slow

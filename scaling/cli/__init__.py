@@ -1,7 +1,7 @@
 """The ``scaling`` command line: one module per command group, gathered into one group here.
 
-Exit status: 0 done; 1 a cell failed (for ``run``: its cell is not ok) or ``compare`` found a
-regression; 2 bad input; 3 the environment or infrastructure failed (Slurm unreachable or
+Exit status: 0 done; 1 a cell failed (``run``, ``sweep``, ``status --wait``: a cell is not ok;
+``maxbatch``: a search gave up) or ``compare`` found a regression; 2 bad input; 3 the environment or infrastructure failed (Slurm unreachable or
 refusing, no free port, a missing framework environment).
 """
 
@@ -41,8 +41,8 @@ def cli():
     (--backend slurm); each one ends with a status (ok, oom, timeout, crashed, error,
     env_error, ...) and is appended to OUT/results.jsonl.
 
-    Exit status: 0 done (every cell got a status; for `run`: its cell is ok); 1 the cell of
-    `run` is not ok, or `compare` found a regression; 2 bad input; 3 the environment or
+    Exit status: 0 done (every cell is ok); 1 a cell ended otherwise (oom, crashed, timeout,
+    ...; for `maxbatch`: a search gave up), or `compare` found a regression; 2 bad input; 3 the environment or
     infrastructure failed (Slurm unreachable or refusing, no free port, a missing framework
     environment).
     """

@@ -44,9 +44,11 @@ class Backend:
         """Run or submit the sweep's cells and return them."""
         raise NotImplementedError
 
-    def maxbatch(self, search: Dict, fields: Dict, out_dir, slurm: Dict, wait: bool) -> bool:
+    def maxbatch(self, search: Dict, fields: Dict, out_dir, slurm: Dict,
+                 wait: bool) -> Optional[List[str]]:
         """``search``: the arguments of :func:`scaling.maxbatch.search.find_max_batches`;
-        ``fields``: the command's cell fields."""
+        ``fields``: the command's cell fields. The status of each device count's search
+        (``ok``, or that of the trial that stopped it), or None when it was only submitted."""
         raise NotImplementedError
 
 
@@ -84,9 +86,10 @@ class Local(Backend):
         run_cells(todo, out_dir, interpreters(spec), watch=watch)
         return cells
 
-    def maxbatch(self, search, fields, out_dir, slurm, wait) -> bool:
-        print_max_batches(find_max_batches(**search), out_dir)
-        return True
+    def maxbatch(self, search, fields, out_dir, slurm, wait) -> Optional[List[str]]:
+        results = find_max_batches(**search)
+        print_max_batches(results, out_dir)
+        return [result.status for result in results]
 
 
 @register_backend
@@ -125,7 +128,7 @@ class Slurm(Backend):
             backend.wait(out_dir, [cell.cell_id for cell in cells], console)
         return cells
 
-    def maxbatch(self, search, fields, out_dir, slurm, wait) -> bool:
+    def maxbatch(self, search, fields, out_dir, slurm, wait) -> Optional[List[str]]:
         """The whole search as one job on one node: its trials depend on each other."""
         from scaling.slurm import backend, queue
         from scaling.slurm.submit import submit_command
@@ -140,13 +143,15 @@ class Slurm(Backend):
                              * (fields["threads_per_device"] or 1))
         console.print(f"max-batch search submitted as Slurm job {job['job_id']}")
         if not wait:
-            return False
+            return None
         state = queue.wait_for_job(job["job_id"], backend.POLL_S)
         console.print(f"job {job['job_id']} ended {state['JobState'] if state else 'unknown'}")
         if not (Path(out) / MAXBATCH_FILE).exists():
             raise click.exceptions.Exit(1)
-        print_max_batches(read_maxbatch_csv(out), out_dir=None)
-        return True
+        rows = read_maxbatch_csv(out)
+        print_max_batches(rows, out_dir=None)
+        return [row["status"] for row in rows
+                if row["workload"] == fields["workload"] and int(row["devices"]) in counts]
 
 
 def backend_option(command):

@@ -9,6 +9,7 @@ from scaling.cli.backends import BACKENDS, backend_option
 from scaling.cli.options import (cell_options, parse_device_list, parse_options,
                                  pop_slurm_flags, slurm_options)
 from scaling.cli.output import console, prepare_out_dir
+from scaling.errors import exit_status
 from scaling.maxbatch.bracket import STRATEGIES
 from scaling.maxbatch.search import TrialRunner, check_search_bounds, trial_factory
 from scaling.units import parse_bytes
@@ -40,6 +41,9 @@ def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy
     confirm it. Trials are recorded in OUT/results.jsonl, so an interrupted search resumes
     without repeating one. The table is also written to OUT/maxbatch.csv.
 
+    Exits 0 when every search found its answer (a batch, or that none fits), 1 when one gave
+    up on a trial that failed other than by running out of memory, twice.
+
     With --backend slurm, the whole search runs as one job on one node (its trials depend on
     each other); --wait blocks until it ends and prints the table, and exits 1 when the job
     wrote none.
@@ -59,4 +63,6 @@ def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy
     search = {"make_trial": make_trial, "device_counts": counts, "multiple_of": multiple_of,
               "minimum": start, "maximum": maximum, "run_trial": runner, "strategy": strategy,
               "headroom": headroom}
-    BACKENDS.get(backend).maxbatch(search, fields, out_dir, slurm, wait)
+    statuses = BACKENDS.get(backend).maxbatch(search, fields, out_dir, slurm, wait)
+    if statuses is not None:
+        ctx.exit(exit_status(statuses))

@@ -12,7 +12,7 @@ from scaling.cli.output import console, prepare_out_dir, print_record
 from scaling.cli.options import (apply, cell_options, parse_options, pop_slurm_flags,
                                  slurm_options, watch_options, watch_settings)
 from scaling.data import check_data_dir
-from scaling.errors import EXIT_FAILED, EXIT_INFRASTRUCTURE
+from scaling.errors import exit_status
 from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS
 from scaling.launchers import default_python, get_launcher, launchers_of
@@ -75,11 +75,6 @@ RUN_OPTIONS = [
 ]
 
 
-def exit_status(status: str) -> int:
-    """0 for an ok cell, 3 when its environment failed, 1 for any other end."""
-    return 0 if status == "ok" else EXIT_INFRASTRUCTURE if status == "env_error" else EXIT_FAILED
-
-
 @click.command()
 @cell_options(steps=20, warmup=5, out="runs/run", what="cell")
 @lambda command: apply(RUN_OPTIONS, command)
@@ -117,4 +112,4 @@ def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous,
         if recorded is None:
             return
     print_record(recorded)
-    ctx.exit(exit_status(recorded["status"]))
+    ctx.exit(exit_status([recorded["status"]]))

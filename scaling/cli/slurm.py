@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import sys
+from typing import Dict
 
 import click
 from rich.table import Table
 
 from scaling.cli.output import console
+from scaling.errors import exit_status
+
+
+def print_state_counts(states: Dict[str, Dict]) -> Dict[str, int]:
+    """``N cells: 1 ok, 2 running``; returns the counts by state."""
+    from scaling.slurm import queue as slurm_queue
+
+    counts = slurm_queue.counts(states)
+    console.print(f"{len(states)} cells: " + ", ".join(
+        f"{count} {name}" for name, count in sorted(counts.items())))
+    return counts
 
 
 @click.command()
@@ -21,7 +33,9 @@ def status(out_dir, wait):
     and sacct do not know it (SCALING_SLURM_VANISH_GRACE_S, default 120).
 
     Exits 0; 3 when Slurm could not be asked (nothing is recorded then). With --wait, a
-    controller that does not answer is asked again for up to 10 minutes."""
+    controller that does not answer is asked again for up to 10 minutes, and the exit status
+    is that of the cells' ends, as for `scaling sweep`: 0 when all are ok, 1 when one is not,
+    3 when one's environment is missing."""
     from scaling.slurm import backend as slurm_backend
     from scaling.slurm import queue as slurm_queue
 
@@ -36,8 +50,9 @@ def status(out_dir, wait):
     for cell_id, state in states.items():
         table.add_row(f"{state['what']} ({cell_id})", state["job"] or "-", state["state"])
     console.print(table)
-    console.print(f"{len(states)} cells: " + ", ".join(
-        f"{count} {name}" for name, count in sorted(slurm_queue.counts(states).items())))
+    counts = print_state_counts(states)
+    if wait:
+        sys.exit(exit_status(counts))
 
 
 @click.command()
@@ -52,8 +67,7 @@ def cancel(out_dir):
 
     slurm_backend.require_slurm()
     states = slurm_queue.cancel(out_dir)
-    console.print(f"{len(states)} cells: " + ", ".join(
-        f"{count} {name}" for name, count in sorted(slurm_queue.counts(states).items())))
+    print_state_counts(states)
 
 
 @click.command(name="slurm-task", hidden=True)

@@ -9,7 +9,7 @@ from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_slurm_fl
                                  slurm_options, watch_options, watch_settings)
 from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
 from scaling.data import check_data_dir
-from scaling.errors import EXIT_INFRASTRUCTURE
+from scaling.errors import exit_status
 from scaling.execute.runner import check_resumable
 from scaling.execute.store import ResultStore
 from scaling.report.provenance import keep_sweep_file
@@ -59,9 +59,9 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
     same resources) and return, or with --wait block until they end; --resume skips cells that
     are recorded or still queued.
 
-    Exits 0 once every cell has a status (or, with --backend slurm and no --wait, once every
-    cell is submitted), whatever the statuses are, except 3 when a cell's environment is
-    missing (env_error); it ends with a count of cells by status."""
+    Ends with a count of cells by status, and exits 0 when every cell is ok (or, with --backend
+    slurm and no --wait, once every cell is submitted), 1 when a cell ended otherwise (oom,
+    crashed, timeout, ...), 3 when a cell's environment is missing (env_error)."""
     spec = load_sweep(config)
     if allow_oversubscribe:
         spec.allow_oversubscribe = True
@@ -77,9 +77,7 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
                                         pop_slurm_flags(slurm_flags), wait)
     if local or wait:
         write_figures(out_dir, print_report(out_dir), plot, html)
-        counts = print_counts([cell.cell_id for cell in cells], out_dir)
-        if counts.get("env_error"):
-            ctx.exit(EXIT_INFRASTRUCTURE)
+        ctx.exit(exit_status(print_counts([cell.cell_id for cell in cells], out_dir)))
 
 
 @click.command(name="report")
