@@ -70,8 +70,9 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "gradient_bytes": "bytes of the gradients the process aggregates per step and replica "
                       "(null in forward mode)",
     "precision": "fp32, bf16 or fp16: the precision of the cell's compute",
-    "matmul_ceiling_tflops": "TFLOP/s of the best of a few square matrix products on one "
-                             "device at the cell's threads, before the warm-up",
+    "matmul_ceiling_tflops": "TFLOP/s of the best square matrix product on one device at the "
+                             "cell's threads, over at least 0.25 s of products, before the "
+                             "warm-up",
     "gradient_allreduce": "after the window of a data-parallel sweep cell over more than one "
                           "device with a backward pass: the allreduce of gradient_bytes through "
                           "the cell's own collective, {bytes, iterations_per_chunk, "

@@ -18,6 +18,10 @@ from scaling.workers.matmul_worker import KERNELS
 CEILING_N = {"cpu": 1024, "gpu": 8192}
 """Side of the matrices of the ceiling's product on each device type."""
 CEILING_REPEATS = 3
+CEILING_MIN_S = 0.25
+"""The ceiling's products go on for at least this long: on a CPU the first few products run
+slower than later ones (the clock and the caches warm up), and a ceiling taken from them
+would put a cell's fraction of it above 1."""
 
 
 def torch_flops_per_image(models: str, workload, image_size: int, mode: str) -> float:
@@ -60,20 +64,21 @@ def tensorflow_flops_per_image(tf, build_model, workload, image_size: int, mode:
 
 
 def matmul_ceiling_tflops(framework: str, device_type: str, dtype: str) -> Optional[float]:
-    """The best of a few products of two square matrices on one device, in TFLOP/s, with the
-    threads the process already has; None where the framework has no matrix kernel."""
+    """The best of the products of two square matrices on one device over at least
+    ``CEILING_MIN_S`` (and ``CEILING_REPEATS`` products), in TFLOP/s, with the threads the
+    process already has; None where the framework has no matrix kernel."""
     if framework not in KERNELS:
         return None
     make, product_sum, _, _, _ = KERNELS[framework](device_type, dtype)
     n = CEILING_N[device_type]
     matrix = make(n)
     product_sum(matrix)
-    best = float("inf")
-    for _ in range(CEILING_REPEATS):
+    times = []
+    while len(times) < CEILING_REPEATS or sum(times) < CEILING_MIN_S:
         started = time.perf_counter()
         product_sum(matrix)
-        best = min(best, time.perf_counter() - started)
-    return 2 * n**3 / best / 1e12
+        times.append(time.perf_counter() - started)
+    return 2 * n**3 / min(times) / 1e12
 
 
 def compute_report(cell: Dict, precision: str, flops_per_image, gradient_bytes: Optional[int],
