@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,16 @@ def scaling_cli(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "scaling", *map(str, args)],
         capture_output=True, text=True, timeout=timeout, env=env,
     )
+
+
+def fresh_process_value(script: str, *args):
+    """What ``script`` prints last, read as JSON, run with ``args`` in a fresh interpreter:
+    PyTorch and TensorFlow do not share a test process (torch loading triton after TensorFlow
+    crashes it)."""
+    ran = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert ran.returncode == 0, ran.stderr
+    return json.loads(ran.stdout.strip().splitlines()[-1])
 
 
 def scaling_in_process(*args):
@@ -136,11 +147,14 @@ def out_dir(tmp_path) -> Path:
     return tmp_path / "out"
 
 
-
 # Test files run longest first, so that the pytest processes, each taking whole files, finish
 # together: the times are each file's total from the last `--record-file-times` run (files not
 # listed run last, in their own order). The Makefile turns off xdist's own order (by count).
 FILE_TIMES = Path(__file__).with_name("file_times.json")
+
+
+def recorded_file_times() -> dict:
+    return json.loads(FILE_TIMES.read_text()) if FILE_TIMES.exists() else {}
 
 
 def pytest_addoption(parser):
@@ -149,7 +163,7 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(items):
-    times = json.loads(FILE_TIMES.read_text()) if FILE_TIMES.exists() else {}
+    times = recorded_file_times()
     items.sort(key=lambda item: -times.get(item.path.name, 0.0))
 
 
@@ -164,7 +178,7 @@ class FileTimes:
         self.times[name] = self.times.get(name, 0.0) + report.duration
 
     def pytest_sessionfinish(self):
-        times = json.loads(FILE_TIMES.read_text()) if FILE_TIMES.exists() else {}
+        times = recorded_file_times()
         times.update({name: round(total, 1) for name, total in self.times.items()})
         FILE_TIMES.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")
 

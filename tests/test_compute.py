@@ -4,10 +4,10 @@ ceiling, achieved TFLOP/s and MFU against the right peak."""
 from __future__ import annotations
 
 import pytest
-from conftest import read_records, scaling_cli_ok
+from conftest import fresh_process_value, read_records, scaling_cli_ok
 
 from scaling.peaks import compute_facts, gpu_peak
-from scaling.workers.compute import tensorflow_flops_per_image, torch_flops_per_image
+from scaling.workers.compute import torch_flops_per_image
 from workloads import get_workload
 
 SMALL_CELL = ("--workload", "cifar10", "--batch-size", 4, "--steps", 2, "--warmup", 1,
@@ -33,22 +33,36 @@ def check_facts(record) -> None:
     assert record["peak_source"].startswith("measured fp32 matrix-product ceiling")
 
 
-def count(framework, workload, image_size) -> float:
-    """One image's train FLOPs from the framework's own counter, in this process."""
-    if framework == "torch":
-        return torch_flops_per_image("workloads.torch_models", workload, image_size, "train")
+COUNT = """
+import json
+import sys
+from scaling.workers.compute import tensorflow_flops_per_image, torch_flops_per_image
+from workloads import get_workload
+
+framework, workload, size = sys.argv[1], get_workload(sys.argv[2]), int(sys.argv[3])
+if framework == "torch":
+    flops = torch_flops_per_image("workloads.torch_models", workload, size, "train")
+else:
     import tensorflow as tf
 
-    return tensorflow_flops_per_image(
-        tf, lambda: workload.builder("workloads.keras_models")(image_size, workload.classes),
-        workload, image_size, "train")
+    flops = tensorflow_flops_per_image(
+        tf, lambda: workload.builder("workloads.keras_models")(size, workload.classes),
+        workload, size, "train")
+print(json.dumps(flops))
+"""
+
+
+def count(framework, workload_name, image_size) -> float:
+    """One image's train FLOPs from the framework's own counter, as its worker counts them, in
+    a fresh process."""
+    return fresh_process_value(COUNT, framework, workload_name, image_size)
 
 
 @pytest.mark.slow
 def test_resnet50_at_224_counts_20_to_29_gflops_in_train_and_tensorflow_agrees():
-    torch_count = count("torch", get_workload("resnet50"), 224)
+    torch_count = count("torch", "resnet50", 224)
     assert 20e9 <= torch_count <= 29e9
-    assert count("tensorflow", get_workload("resnet50"), 224) == pytest.approx(torch_count,
+    assert count("tensorflow", "resnet50", 224) == pytest.approx(torch_count,
                                                                                 rel=0.05)
 
 
@@ -56,7 +70,7 @@ def test_resnet50_at_224_counts_20_to_29_gflops_in_train_and_tensorflow_agrees()
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_a_cell_records_its_frameworks_count_and_the_figures_that_follow(out_dir, framework):
     record = run_one(out_dir, framework, *SMALL_CELL)
-    assert record["flops_per_image"] == count(framework, get_workload("cifar10"), 32)
+    assert record["flops_per_image"] == count(framework, "cifar10", 32)
     assert record["gradient_bytes"] == 4 * record["params"]
     check_facts(record)
 
@@ -64,8 +78,7 @@ def test_a_cell_records_its_frameworks_count_and_the_figures_that_follow(out_dir
 @pytest.mark.slow
 def test_mxnet_counts_with_torch_on_the_same_architecture(out_dir):
     record = run_one(out_dir, "mxnet", *SMALL_CELL)
-    assert record["flops_per_image"] == torch_flops_per_image(
-        "workloads.torch_models", get_workload("cifar10"), 32, "train")
+    assert record["flops_per_image"] == count("torch", "cifar10", 32)
     assert record["gradient_bytes"] == 4 * record["params"]
     assert record["achieved_tflops"] > 0 and record["precision"] == "fp32"
 

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import (check_images_per_sec, leftover_cell_processes, rank_reports, read_records,
-                      scaling_cli, scaling_in_process, write_sweep)
+from conftest import (check_images_per_sec, fresh_process_value, leftover_cell_processes,
+                      rank_reports, read_records, scaling_cli, scaling_in_process, write_sweep)
 from workloads import WORKLOADS
 
 LAUNCHERS = ["tf-mirrored", "tf-multiworker"]
@@ -90,8 +87,8 @@ def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size):
 
 @functools.lru_cache(maxsize=None)
 def trainable_parameters(framework: str) -> dict:
-    """Each workload's trainable parameter count at its nominal size, in a fresh process
-    (PyTorch and TensorFlow do not share one); counted once per test session."""
+    """Each workload's trainable parameter count at its nominal size, in a fresh process;
+    counted once per test session."""
     script = f"""
 import json
 from scaling.frameworks import get_framework
@@ -105,9 +102,7 @@ for w in WORKLOADS.values():
         counts[w.name] = int(sum(v.numpy().size for v in model.trainable_variables))
 print(json.dumps(counts))
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return fresh_process_value(script)
 
 
 @pytest.mark.slow
@@ -177,15 +172,14 @@ def test_unknown_option_is_refused(out_dir):
 
 def test_keras_adaptive_pooling_averages_torch_windows():
     script = """
+import json
 import numpy as np
 from workloads.keras_models import AdaptiveAveragePooling
 x = np.arange(2 * 5 * 7, dtype="float32").reshape(1, 5, 7, 2)
 out = AdaptiveAveragePooling(6)(x).numpy()
-print(out.shape, float(out[0, 0, 0, 0]), float(out[0, 5, 5, 1]))
+print(json.dumps([list(out.shape), float(out[0, 0, 0, 0]), float(out[0, 5, 5, 1])]))
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     # x[0, h, w, c] = (7h + w) * 2 + c.
     # Row 0 covers input row 0, column 0 covers columns 0..1: mean(0, 2) = 1.
     # Row 5 covers input row 4, column 5 covers columns 5..6: mean(67, 69) = 68.
-    assert out.stdout.strip().splitlines()[-1] == "(1, 6, 6, 2) 1.0 68.0"
+    assert fresh_process_value(script) == [[1, 6, 6, 2], 1.0, 68.0]
