@@ -84,9 +84,10 @@ def two_node_runs(runs: int, scratch: Path) -> list:
                                     "--out", str(out), "--backend", "slurm", "--wait"],
                                    env=cluster.env, capture_output=True, text=True)
             records = ResultStore(out).records()
+            failed = [r["error"] for r in records if r["status"] != "ok"]
             if swept.returncode:
                 raise SystemExit(f"two-node sweep exited {swept.returncode}: "
-                                 f"{[r['error'] for r in records] or swept.stderr}")
+                                 f"{failed or swept.stderr.strip()}")
             results.append(model_fields(records))
     return results
 

@@ -19,6 +19,7 @@ from slurmcluster import SlurmCluster, missing_binaries, wait_until
 from scaling.cli import cli
 from scaling.schema import RECORD_FIELDS
 from scaling.slurm.queue import VANISH_GRACE_ENV
+from scaling.maxbatch.search import read_maxbatch_csv
 from scaling.slurm.submit import read_ledger
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "slurm" / "sweep.sbatch"
@@ -60,9 +61,11 @@ def scaling_here(cluster, *args, exit_code=0, **env):
     return result
 
 
-def scaling_ok(cluster, *args, **kwargs) -> subprocess.CompletedProcess:
+def scaling_ok(cluster, *args, exit_code=0, **kwargs) -> subprocess.CompletedProcess:
+    """``scaling`` for a command that must end with ``exit_code``: 0, or 1 where a cell fails
+    on purpose."""
     result = scaling(cluster, *args, **kwargs)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == exit_code, result.stdout + result.stderr
     return result
 
 
@@ -163,8 +166,7 @@ def test_a_jax_distributed_cell_over_two_nodes(cluster, tmp_path):
 def test_a_data_folder_the_nodes_cannot_read_fails_the_cell_before_training(cluster, tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], data=str(tmp_path / "missing"))
     out = tmp_path / "out"
-    result = scaling(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
-    assert result.returncode == 1, result.stdout + result.stderr
+    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait", exit_code=1)
     [record] = read_records(out)
     assert record["status"] == "error"
     assert f"RuntimeError: data folder {tmp_path}/missing is not readable on n" in \
@@ -177,9 +179,8 @@ def test_a_cell_past_its_time_limit_ends_as_timeout(cluster, tmp_path):
     """Slurm's smallest time limit is a minute: the cell hangs past it."""
     sweep = write_sweep(tmp_path / "sweep.yaml", timeout_s=3600)
     out = tmp_path / "out"
-    result = scaling(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--time", "1",
-                     "--wait", env={**cluster.env, "SCALING_FAULT": "hang@0:1"})
-    assert result.returncode == 1, result.stdout + result.stderr
+    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--time", "1",
+               "--wait", env={**cluster.env, "SCALING_FAULT": "hang@0:1"}, exit_code=1)
     [record] = read_records(out)
     assert record["status"] == "timeout"
     assert "ended TIMEOUT" in record["error"]
@@ -192,9 +193,8 @@ def test_cancel_part_way_then_resume_records_every_cell_once(cluster, tmp_path):
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--parallel", 1)
     wait_until(lambda: (out / "results.jsonl").exists(), "first record")
     assert "cancelled" in scaling_ok(cluster, "cancel", out).stdout
-    resumed = scaling(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--resume",
-                      "--wait")
-    assert resumed.returncode == 1, resumed.stdout + resumed.stderr  # cancelled cells
+    resumed = scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm",
+                         "--resume", "--wait", exit_code=1)  # the cancelled cells
     assert "0 submitted" in resumed.stdout
     cells = by_cell(read_records(out))
     assert len(cells) == 3 and all(len(records) == 1 for records in cells.values())
@@ -413,6 +413,21 @@ def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
     assert trials and all(r["purpose"] == "maxbatch" for r in trials)
     assert "max_batch" in (out / "maxbatch.csv").read_text().splitlines()[0]
     assert len(list((out / "slurm").glob("*.sbatch"))) == 1
+
+
+@pytest.mark.slow
+def test_a_max_batch_search_that_gives_up_under_slurm_exits_1(cluster, tmp_path):
+    """Every trial fails other than by OOM: the job's search gives up on its first batch, and
+    the submitter, reading the job's table, exits as a local search would."""
+    out = tmp_path / "out"
+    result = scaling_ok(cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16,
+                        "--devices", 1, "--min", 4, "--max", 8, "--multiple-of", 4, "--steps", 1,
+                        "--warmup", 0, "--memory-limit", "1.5GiB", "--out", out, "--backend",
+                        "slurm", "--wait", env={**cluster.env, "SCALING_FAULT": "error@0:0"},
+                        exit_code=1)
+    assert "ended FAILED" in result.stdout
+    [row] = read_maxbatch_csv(out)
+    assert (row["status"], row["failed_batch"], row["trials"]) == ("error", "4", "2")
 
 
 def test_a_bad_max_batch_search_is_refused_before_anything_is_submitted(cluster, tmp_path):

@@ -150,8 +150,11 @@ class Slurm(Backend):
             raise click.exceptions.Exit(1)
         rows = read_maxbatch_csv(out)
         print_max_batches(rows, out_dir=None)
+        searched = {(t.framework, t.launcher, t.workload, str(t.devices))
+                    for t in (search["make_trial"](n, search["minimum"], 0) for n in counts)}
         return [row["status"] for row in rows
-                if row["workload"] == fields["workload"] and int(row["devices"]) in counts]
+                if (row["framework"], row["launcher"], row["workload"], row["devices"])
+                in searched]
 
 
 def backend_option(command):
