@@ -89,6 +89,11 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
 """Fields of ``cells/CELL/rank{N}.json``; frameworks may add their own details."""
 
 RECORD_FIELDS: Dict[str, str] = {
+    "local_step_chunks": "the mean local step of each chunk of those passes (about ten chunks), "
+                         "for local_step_s's interval",
+    "communicating_step_chunks": "in a data-parallel cell over two or more devices: the same, "
+                                 "each pass with an allreduce of the gradient bytes through the "
+                                 "cell's collective in flight beside it, in a second thread",
     "cell": "the cell's id: a hash of what is measured",
     "framework": "torch, tensorflow, mxnet or jax",
     "launcher": "how the ranks were started",
@@ -203,6 +208,12 @@ RECORD_FIELDS: Dict[str, str] = {
     "wall_s": "seconds from launch to the end of the process tree",
     "log": "the launcher's log",
     "process_token": "token every process of the cell carried",
+    "local_step_s_ci95": "[low, high]: its 95% interval, from every rank's chunk means",
+    "local_step_communicating_s": "the same passes with an allreduce of the gradient bytes in "
+                                  "flight beside each (scaling.workers.loop.contended_compute): "
+                                  "the compute with the launcher's communication running beside "
+                                  "it; null where not timed",
+    "local_step_communicating_s_ci95": "[low, high]: its 95% interval",
 }
 """Fields of a line of ``results.jsonl`` and of ``cells/CELL/record.json``."""
 
@@ -239,19 +250,41 @@ SCALING_FIELDS: Dict[str, str] = {
                      "fastest GPU cell, or its fastest cell without GPUs)",
     "time_relative": "time to a million images over the reference cell's",
     "predicted_images_per_sec": "the scaling model's images/sec: the global batch over the "
-                                "single step, plus the contention, plus the allreduce not hidden "
-                                "(scaling.report.model), the middle of its band",
-    "contention_s": "local_step_s - baseline_local_step_s: how much longer a step's compute "
-                    "takes with every device of the cell busy than alone (0 where not timed)",
+                                "single step, plus launcher_s, contention_s, interference_s and "
+                                "the allreduce not hidden (scaling.report.model), the middle of "
+                                "its band; empty at one device",
     "predicted_images_per_sec_low": "the band's low end: no overlap of the allreduce (or the "
-                                    "profiled exposure), at the low end of the single figure's "
-                                    "interval and the high end of the allreduce time's",
+                                    "profiled exposure), at the high ends of every term's "
+                                    "interval",
     "predicted_images_per_sec_high": "the band's high end: full overlap with the backward pass, "
-                                     "at the other ends of the two intervals; empty where the "
-                                     "single figure's interval is open on that side",
-    "prediction_ratio": "images_per_sec / predicted_images_per_sec",
-    "loss_term": "the largest part of the step beyond the single step's compute: contention, "
-                 "exposed communication or the rest; empty at or above linear",
+                                     "at the low ends of the terms' intervals; empty where one "
+                                     "is open on that side",
+    "prediction_ratio": "images_per_sec / predicted_images_per_sec (empty at one device)",
+    "loss_term": "the largest part of the step beyond the single step's compute: the launcher, "
+                 "contention, communication beside compute, exposed communication or the rest; "
+                 "empty at or above linear",
+    "launcher_s": "the launcher's own cost at one device: its own 1-device step less the single "
+                  "step, both measured (from parallel_overhead); empty without a single "
+                  "baseline",
+    "launcher_s_low": "lower end of launcher_s's interval (from parallel_overhead's)",
+    "launcher_s_high": "upper end of launcher_s's interval",
+    "contention_s": "local_step_s - baseline_local_step_s: how much longer a step's compute "
+                    "takes with every device of the cell busy than alone; negative where it "
+                    "was faster, never clamped; empty where either was not timed",
+    "contention_s_low": "lower end of contention_s's interval (the two local steps' intervals, "
+                        "opposite ends)",
+    "contention_s_high": "upper end of contention_s's interval",
+    "interference_s": "local_step_communicating_s - local_step_s: how much longer the compute "
+                      "takes with an allreduce of the gradient bytes in flight beside it",
+    "interference_s_low": "lower end of interference_s's interval",
+    "interference_s_high": "upper end of interference_s's interval",
+    "prediction_error": "on the largest point of a curve with two or more multi-device points "
+                        "(any node count): measured / predicted - 1, the prediction from the "
+                        "curve's other points alone (scaling.report.extrapolation.leave_one_out)",
+    "prediction_error_low": "lower end of its interval (the measured figure's and the "
+                            "prediction's band, combined)",
+    "prediction_error_high": "upper end of its interval",
+    "prediction_error_from": "the points it was predicted from (their device counts)",
     "input_bound": "with data: whether the input is the bound (real-data images/sec below "
                    "95% of synthetic, and the pipeline alone not clearly, 1.5x, faster than the "
                    "real-data cell); empty on synthetic data (scaling.report.input)",
@@ -263,6 +296,9 @@ SCALING_FIELDS: Dict[str, str] = {
 
 ALLREDUCE_FIELDS: Dict[str, str] = {
     "allreduce_devices": "the devices the allreduce sums over (n)",
+    "model_input": "for a 1-device row, what it gives the scaling model (not a prediction): "
+                   "the compute (the baseline) or the launcher (its own cost at one device); "
+                   "empty otherwise",
     "allreduce": "one entry per size: bytes, time_s (the median time of one call over the "
                  "timed chunks, each chunk's mean taken on its slowest rank), time_s_ci95 "
                  "([low, high], order statistics of the median, at least 95%), iterations, "
@@ -276,7 +312,8 @@ CSV_COLUMNS = [
     "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
     "images_per_sec", *SCALING_FIELDS, "data", "loader_workers", "loader_images_per_sec",
     "synthetic_images_per_sec", "step_time_median_s", "step_time_p95_s",
-    "allreduce_time_s", "allreduce_busbw_GBps", "local_step_s", "images_per_joule",
+    "allreduce_time_s", "allreduce_busbw_GBps", "local_step_s",
+    "local_step_communicating_s", "images_per_joule",
     "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
     "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",
     "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source",

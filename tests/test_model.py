@@ -1,8 +1,10 @@
-"""The scaling model: the single step, plus contention, plus the allreduce the launcher does not
-hide, beside every curve, and extrapolated to device counts never measured."""
+"""The scaling model: the single step, plus the launcher's own cost, contention, communication
+beside the compute and the allreduce the launcher does not hide, beside every curve; its
+leave-one-out check, and the extrapolation to device counts never measured."""
 
 from __future__ import annotations
 
+import csv
 import math
 
 import pytest
@@ -10,9 +12,10 @@ from click.testing import CliRunner
 from conftest import recorded_cell, write_records
 
 from scaling.cli import cli
+from scaling.report.extrapolation import (curve_model, extrapolate, line_at, predicted_curves,
+                                          ring_allreduce_s, step_band)
 from scaling.report.figures import scaling_figure
-from scaling.report.model import (extrapolate, model_lines, predicted_curves, prediction,
-                                  ring_allreduce_s, step_band)
+from scaling.report.model import model_lines, prediction, with_predictions
 from scaling.report.tables import series_key, with_scaling
 
 
@@ -78,42 +81,134 @@ def test_a_profiled_point_uses_its_exposed_communication():
     assert profiled["loss_term"] == "the rest"
 
 
-def test_contention_is_the_slower_compute_with_every_device_busy():
-    # The single cell's forward and backward alone took 0.15 s, the cell's own with both of its
-    # devices busy 0.21 s: 0.06 s of contention is added to the profiled 0.04 s exposed.
+def test_the_launchers_own_cost_at_one_device_is_a_term_of_its_own():
+    # parallel_overhead 0.5 [0.4, 0.6]: the launcher's 1-device step is 0.4 s against the
+    # single 0.2 s, so 0.2 s [0.133, 0.3] of it is the launcher's.
+    found = prediction(row(2, 40.0, baseline_launcher="single", parallel_overhead=0.5,
+                           parallel_overhead_low=0.4, parallel_overhead_high=0.6))
+    assert (found["launcher_s"], found["launcher_s_low"], found["launcher_s_high"]) == \
+        pytest.approx((0.2, 0.2 * 0.4 / 0.6, 0.3))
+    # 0.4 s busy, a 0.1 s allreduce: band 0.4 s to 0.5 s; measured 0.4 s, most of it the launcher.
+    assert found["predicted_images_per_sec"] == pytest.approx(16 / 0.45)
+    assert found["loss_term"] == "the launcher"
+    # A curve measured against its own 1-device point has no separate launcher term.
+    assert prediction(row(2, 40.0, baseline_launcher="torchrun",
+                          parallel_overhead=0.5))["launcher_s"] is None
+
+
+def test_the_launcher_term_comes_from_the_two_measured_one_device_cells():
+    """single at 40 images/sec and torchrun at one device at 32: 0.25 - 0.2 = 0.05 s."""
+    records = [{**recorded_cell(1, 40.0, batch=8, launcher="single"), "local_step_s": 0.2},
+               recorded_cell(1, 32.0, batch=8),
+               {**recorded_cell(2, 60.0, batch=8), "allreduce_time_s": 0.1}]
+    rows = {(r["launcher"], r["total_devices"]): r
+            for r in with_predictions(with_scaling(records))}
+    assert rows["torchrun", 2]["launcher_s"] == pytest.approx(0.05)
+    # The 1-device rows are inputs: no prediction, no ratio, and the table says so.
+    for key, role in ((("single", 1), "the compute"), (("torchrun", 1), "the launcher")):
+        assert rows[key]["model_input"] == role
+        assert rows[key]["prediction_ratio"] is None
+        assert rows[key]["predicted_images_per_sec"] is None
+    lines = {line[1:3]: line for line in model_lines(list(rows.values()), lambda r: r["launcher"])}
+    assert lines["torchrun", "1"][4:6] == ("input: the launcher", "-")
+    assert lines["torchrun", "1"][6] == "+50.0"
+    assert lines["single", "1"][4] == "input: the compute"
+    assert lines["torchrun", "2"][5] == "1.12"  # 60 against 16 / (0.25 + 0.1 / 2)
+
+
+def test_contention_keeps_its_sign_and_its_interval():
     profiled = {"compute": 0.6, "communication": 0.1, "idle": 0.3}
     found = prediction(row(2, 40.0, step_breakdown=profiled, local_step_s=0.21,
-                           baseline_local_step_s=0.15))
-    assert found["contention_s"] == pytest.approx(0.06)
+                           local_step_s_ci95=[0.20, 0.22], baseline_local_step_s=0.15),
+                       alone_ci95=[0.14, 0.16])
+    assert (found["contention_s"], found["contention_s_low"], found["contention_s_high"]) == \
+        pytest.approx((0.06, 0.04, 0.08))
+    # 0.06 s of contention beside the profiled 0.04 s exposed; measured 0.4 s, 0.1 s the rest.
     assert found["predicted_images_per_sec"] == pytest.approx(16 / 0.30)
-    # Measured 0.4 s: 0.06 s contention, 0.04 s exposed, 0.1 s the rest.
     assert found["loss_term"] == "the rest"
-    contended = prediction(row(2, 40.0, step_breakdown=profiled, local_step_s=0.35,
-                               baseline_local_step_s=0.15))
-    assert contended["loss_term"] == "contention"
-    # Faster than alone, or not timed on either side: no contention.
-    for fields in ({"local_step_s": 0.1, "baseline_local_step_s": 0.15},
-                   {"local_step_s": 0.21}, {"baseline_local_step_s": 0.15}):
-        assert prediction(row(2, 40.0, step_breakdown=profiled, **fields))["contention_s"] == 0
+    # Faster than alone: a negative contention stays negative, and the prediction with it.
+    faster = {**row(2, 40.0, step_breakdown=profiled, local_step_s=0.1,
+                    baseline_local_step_s=0.15)}
+    faster.update(prediction(faster, alone_ci95=[0.14, 0.16]))
+    assert (faster["contention_s"], faster["contention_s_low"], faster["contention_s_high"]) \
+        == pytest.approx((-0.05, -0.06, -0.04))
+    assert faster["predicted_images_per_sec"] == pytest.approx(16 / (0.2 - 0.05 + 0.04))
+    assert model_lines([faster], lambda _: "torchrun")[0][7] == "-50.0 [-60.0, -40.0]"
+    # Not timed on either side: no contention term at all.
+    for fields in ({"local_step_s": 0.21}, {"baseline_local_step_s": 0.15}):
+        assert prediction(row(2, 40.0, **fields))["contention_s"] is None
 
 
-def test_one_device_and_forward_need_no_allreduce_and_missing_inputs_give_none():
-    assert prediction(row(1, 38.0, allreduce_time_s=None))["predicted_images_per_sec"] == \
-        pytest.approx(40.0)
+def test_communication_beside_the_compute_is_measured_in_the_same_cell():
+    found = prediction(row(2, 40.0, local_step_s=0.2, local_step_s_ci95=[0.19, 0.21],
+                           local_step_communicating_s=0.3, baseline_local_step_s=0.2))
+    assert (found["interference_s"], found["interference_s_low"]) == pytest.approx((0.1, 0.09))
+    # 0.2 + 0.1 s busy hides the 0.1 s allreduce at best: 16 / 0.35 predicted, 16 / 0.4 measured.
+    assert found["predicted_images_per_sec"] == pytest.approx(16 / 0.35)
+    assert found["loss_term"] == "communication beside compute"
+
+
+def test_forward_needs_no_allreduce_and_missing_inputs_give_none():
     assert prediction(row(2, 70.0, mode="forward", allreduce_time_s=None))[
         "predicted_images_per_sec"] == pytest.approx(80.0)
     assert prediction(row(2, 60.0, allreduce_time_s=None))["predicted_images_per_sec"] is None
     assert prediction(row(2, 60.0, baseline_images_per_sec=None))["prediction_ratio"] is None
 
 
+def cpu_curve(largest=4, ips_largest=90.0):
+    """Records of single, and torchrun at 1, 2 and ``largest`` devices, on a 2-core host at one
+    thread per device: compute 0.2 s, contention 0.02 s at 2 devices, a 0.1 s allreduce of
+    10^8 bytes (1 GB/s) of which half is left exposed."""
+    host = {"device_type": "cpu", "cpu_cores": 2, "threads_per_device": 1,
+            "threads_default": False, "gradient_bytes": 1e8}
+    two = {**recorded_cell(2, 64.0, batch=8), **host, "allreduce_time_s": 0.1,
+           "allreduce_busbw_GBps": 1.0, "local_step_s": 0.22,
+           "step_breakdown": {"compute": 0.8, "communication": 0.2}}
+    return [{**recorded_cell(1, 40.0, batch=8, launcher="single"), **host, "local_step_s": 0.2},
+            {**recorded_cell(1, 40.0, batch=8), **host}, two,
+            {**recorded_cell(largest, ips_largest, batch=8), **host, "allreduce_time_s": 0.2,
+             "allreduce_busbw_GBps": 1.0, "local_step_s": 0.5}]
+
+
+def test_contention_is_fitted_through_the_measured_counts_and_time_shares_beyond_the_cores():
+    rows = with_predictions(with_scaling(cpu_curve()[:3]))
+    model = curve_model([r for r in rows if r["launcher"] == "torchrun"])
+    # k = 0.02 s per other device; 3 devices on 2 cores run 2 at once, each 1.5 x as long.
+    assert line_at(model, 2, 2, 1.0)["contention_s"] == pytest.approx(0.02)
+    assert line_at(model, 3, 3, 1.0)["contention_s"] == pytest.approx(0.22 * 1.5 - 0.2)
+    # One device per node: no contention from the node's own devices.
+    assert line_at(model, 2, 1, 1.0)["contention_s"] == pytest.approx(0.0)
+
+
+def test_the_largest_point_is_predicted_from_the_others_alone():
+    rows = with_predictions(with_scaling(cpu_curve()))
+    [four] = [r for r in rows if r["total_devices"] == 4]
+    # At 4 on 2 cores: compute and contention (0.2 + 0.02) x 2 = 0.44 s, and half of the ring's
+    # 1.5 x 10^8 bytes at 1 GB/s exposed: 0.515 s for 32 images, against 90 measured.
+    assert four["prediction_error"] == pytest.approx(90.0 / (32 / 0.515) - 1)
+    assert four["prediction_error_from"] == "1, 2 devices"
+    assert "from 1, 2 devices" in model_lines([four], lambda _: "torchrun")[0][10]
+    # Its own measurements do not enter: its local step (0.5 s) and allreduce are left out.
+    changed = with_predictions(with_scaling([*cpu_curve()[:3], {
+        **cpu_curve()[3], "local_step_s": 0.9, "allreduce_time_s": 0.9}]))
+    assert [r["prediction_error"] for r in changed if r["total_devices"] == 4] == \
+        pytest.approx([four["prediction_error"]])
+    # One multi-device point is not enough to leave one out.
+    assert all(r["prediction_error"] is None
+               for r in with_predictions(with_scaling(cpu_curve()[:3])))
+
+
 def test_extrapolation_switches_to_the_inter_node_bandwidth_beyond_a_node():
-    lines = extrapolate(0.2, 8, 1e8, [4, 8, 16], 10.0, devices_per_node=8,
-                        inter_node_busbw_GBps=1.0)
-    assert [line["busbw_GBps"] for line in lines] == [10.0, 10.0, 1.0]
-    assert lines[2]["allreduce_s"] == pytest.approx(2 * 15 / 16 * 0.1)
+    rows = with_predictions(with_scaling(cpu_curve()[:3]))
+    model = curve_model([r for r in rows if r["launcher"] == "torchrun"])
+    lines = extrapolate(model, [2, 4], devices_per_node=2, inter_node_busbw_GBps=0.5)
+    assert [line["busbw_GBps"] for line in lines] == [1.0, 0.5]
+    assert lines[1]["allreduce_s"] == pytest.approx(1.5 * 1e8 / 0.5e9)
+    # 4 devices, 2 per node: the contention of 2 busy devices, as measured.
+    assert lines[1]["contention_s"] == pytest.approx(0.02)
     for line in lines:
-        assert line["images_per_sec_low"] <= line["images_per_sec_high"] <= 8 * line["devices"] / 0.2
-        assert 0 < line["efficiency_low"] <= line["efficiency_high"] <= 1
+        assert line["images_per_sec_low"] <= line["images_per_sec"] <= \
+            line["images_per_sec_high"]
 
 
 def two_point_curve(tmp_path):
@@ -125,13 +220,19 @@ def two_point_curve(tmp_path):
     return records, write_records(tmp_path / "out", records)
 
 
-def test_predict_prints_each_curve_at_the_asked_counts(tmp_path):
+def test_predict_prints_the_measured_points_beside_its_predictions(tmp_path):
     _, out = two_point_curve(tmp_path)
-    result = CliRunner().invoke(cli, ["predict", str(out), "--devices", "2,8,64"])
+    result = CliRunner().invoke(cli, ["predict", str(out)])
     assert result.exit_code == 0, result.output
-    assert "Predicted images/sec" in result.output
-    lines = (out / "predictions.csv").read_text().splitlines()
-    assert len(lines) == 4 and lines[0].startswith("curve,devices,busbw_GBps")
+    assert "beside the measured points" in result.output
+    with open(out / "predictions.csv") as table:
+        lines = list(csv.DictReader(table))
+    # The measured 2 devices, then 2, 4 and 8 times it.
+    assert [line["devices"] for line in lines] == ["2", "4", "8", "16"]
+    measured = lines[0]
+    # 0.2 s compute, 0.08 s ring allreduce at 5 GB/s: band 0.2 s to 0.28 s, 16 images.
+    assert float(measured["measured"]) == 70.0
+    assert float(measured["measured_over_predicted"]) == pytest.approx(70.0 / (16 / 0.24))
     given = CliRunner().invoke(cli, ["predict", str(out), "--devices", "8",
                                      "--busbw-GBps", "100"])
     assert given.exit_code == 0 and "given" in (out / "predictions.csv").read_text()
@@ -147,7 +248,7 @@ def test_predict_without_what_the_model_needs_is_a_one_line_error(tmp_path):
 
 def test_the_throughput_plot_draws_the_prediction_dashed_beyond_the_measured_points(tmp_path):
     records, _ = two_point_curve(tmp_path)
-    rows = with_scaling(records)
+    rows = with_predictions(with_scaling(records))
     figure = scaling_figure(rows, "cifar10", predicted_curves(rows, series_key))
     throughput = figure.axes[0]
     dashed = [line for line in throughput.get_lines() if line.get_linestyle() == "--"]
@@ -162,7 +263,8 @@ def test_the_throughput_plot_draws_the_prediction_dashed_beyond_the_measured_poi
 def test_predict_redraws_the_report_with_its_counts(tmp_path):
     _, out = two_point_curve(tmp_path)
     assert CliRunner().invoke(cli, ["report", str(out), "--html"]).exit_code == 0
-    assert "Throughput (dashed: predicted)" in (out / "report.html").read_text()
+    page = (out / "report.html").read_text()
+    assert "Throughput (dashed: predicted)" in page and "input: the compute" in page
     result = CliRunner().invoke(cli, ["predict", str(out), "--devices", "64"])
     assert result.exit_code == 0 and "predicted curves dashed" in result.output
     page = (out / "report.html").read_text()

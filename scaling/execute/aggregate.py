@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Dict, List, Optional
 
-from scaling.uncertainty import median_interval, throughput_interval
+from scaling.uncertainty import median_interval, relative_half_width, throughput_interval
 
 
 def _earliest(reports: List[Dict], status: str) -> Optional[Dict]:
@@ -100,8 +100,7 @@ def _metrics(reports: List[Dict]) -> Dict:
         "memory_capacity_bytes": min((r["memory_capacity_bytes"] for r in reports
                                       if r["memory_capacity_bytes"] is not None), default=None),
         **_gradient_allreduce(reports),
-        "local_step_s": statistics.median(r["local_step_s"] for r in reports)
-        if all(r.get("local_step_s") for r in reports) else None,
+        **_local_steps(reports),
         **{f"{name}_images_per_sec": _window_rate(reports, f"{name}_window")
            for name in ("loader", "synthetic")},
     }
@@ -117,6 +116,28 @@ def _window_rate(reports: List[Dict], window: str) -> Optional[float]:
 
 
 def bus_factor(devices: int) -> float:
+LOCAL_STEPS = (("local_step_s", "local_step_chunks"),
+               ("local_step_communicating_s", "communicating_step_chunks"))
+"""The record's figures of local steps (scaling.workers.loop.contended_compute), each with the
+rank report's chunk means it comes from."""
+
+
+def _local_steps(reports: List[Dict]) -> Dict:
+    """Each of ``LOCAL_STEPS``: the median over ranks of their mean local step, and its 95%
+    interval from the chunk means of every rank together; None where a rank did not time it."""
+    found = {}
+    for name, chunks in LOCAL_STEPS:
+        timed = all(r.get(chunks) for r in reports)
+        figure = statistics.median(statistics.fmean(r[chunks]) for r in reports) if timed \
+            else None
+        relative = relative_half_width([m for r in reports for m in r[chunks]]) if timed \
+            else None
+        found[name] = figure
+        found[f"{name}_ci95"] = None if relative is None else [figure * (1 - relative),
+                                                               figure * (1 + relative)]
+    return found
+
+
     """Bus bandwidth over algorithm bandwidth of a ring allreduce over ``devices``: 2(n-1)/n,
     the share of the data each device sends and receives (nccl-tests' convention)."""
     return 2 * (devices - 1) / devices

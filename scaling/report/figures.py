@@ -126,7 +126,7 @@ def _plot_predicted(axis, curve: Dict, style: Dict) -> None:
 def scaling_figure(rows: List[Dict], title: str, predicted: Optional[Dict] = None):
     """Throughput, speedup and efficiency against device count for the rows of one workload,
     image size and device type, each point with its 95% interval as an error bar, and the
-    throughput's ``predicted`` curves (from :func:`~scaling.report.model.predicted_curves`)
+    throughput's ``predicted`` curves (from :func:`~scaling.report.extrapolation.predicted_curves`)
     dashed beyond the measured points; None when no cell of them is ok."""
     curves = _curves(rows)
     if not curves:

@@ -22,7 +22,8 @@ from scaling.execute.matmul import crossover, matmul_records
 from scaling.maxbatch.search import MAXBATCH_FILE, read_maxbatch_csv
 from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
 from scaling.report.input import INPUT_HEADERS, INPUT_TITLE, input_lines
-from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines, predicted_curves
+from scaling.report.extrapolation import predicted_curves
+from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines
 from scaling.report.figures import (allreduce_figure, cost_figure, frameworks_figure, matmul_figures,
                                     scaling_figure, svg, workloads_figure)
 from scaling.report.provenance import provenance

@@ -1,192 +1,176 @@
 """The scaling model beside every curve: what a step at N devices should take, and where the
 rest of a measured step went.
 
-A step at N devices is the ``single`` step (the compute: per-device batch / the baseline's
-images/sec), plus the contention, plus the part of its gradients' allreduce that the launcher
-does not hide under the backward pass:
+A step at N devices is the sum of measured terms (``scaling.report.extrapolation`` does the
+arithmetic, with each term's 95% interval):
 
-- the contention is how much longer a forward and backward pass with nothing aggregated takes
-  with all of the cell's devices busy at once than in the ``single`` cell alone
-  (``local_step_s`` of each, timed after their windows): the host's cores, caches and memory
-  bandwidth that CPU devices share, or the host side of GPU devices; 0 where not timed;
-
-- the allreduce time is measured in the cell itself, after its window, at its own gradient
-  bytes and device count, through the launcher's own collective (``allreduce_time_s``); for
-  device counts never measured, the ring formula gives it from a bus bandwidth,
-  2(n-1)/n x bytes / busbw;
-- the overlap comes from the cell's ``--profile`` breakdown where it has one (the exposed
-  communication is its communication share of the step); otherwise the prediction is a band
-  between no overlap (compute + allreduce) and full overlap of the backward pass (compute +
-  whatever of the allreduce outlasts the backward pass, two thirds of the compute).
+- the compute: the ``single`` step, per-device batch / the baseline's images/sec;
+- the launcher (``launcher_s``): the launcher's own cost at one device, its own 1-device step
+  less the ``single`` step, both measured cells (from ``parallel_overhead``);
+- the contention (``contention_s``): how much longer a forward and backward pass with nothing
+  aggregated takes with all of the cell's devices busy than in the ``single`` cell alone
+  (``local_step_s`` of each, timed in chunks after their windows); its sign is kept;
+- communication beside the compute (``interference_s``): how much longer the same passes take
+  in the same cell with an allreduce of the gradient bytes in flight beside each
+  (``local_step_communicating_s``): the launcher's communication threads at work;
+- the exposed communication: the part of the allreduce, timed in the cell after its window
+  (``allreduce_time_s``), that the launcher does not hide: the profile's communication share
+  of the step where the cell has one, otherwise a band from full overlap of the backward pass
+  (two thirds of the compute) to none.
 
 Predicted images/sec is the global batch over the predicted step. ``prediction_ratio`` is
 measured / predicted; ``loss_term`` names the largest part of the measured step beyond the
-compute: contention, exposed communication, or the rest (the framework, the launcher).
+compute. The 1-device rows are the model's inputs, not predictions (``model_input``).
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-BACKWARD_SHARE = 2 / 3
-"""The backward pass's share of a forward-and-backward step (twice the forward's FLOPs)."""
+from scaling.launchers.single import BASELINE_LAUNCHER
+from scaling.report.baseline import single_key
+from scaling.report.extrapolation import (Term, compute_term, difference, leave_one_out,
+                                          measured, rate, step_term, total)
+from scaling.uncertainty import relative_half_width
 
+TERMS = {"launcher_s": "the launcher", "contention_s": "contention",
+         "interference_s": "communication beside compute"}
+"""Each measured term of the step beyond the compute, and its name as a ``loss_term``."""
 
-def ring_allreduce_s(nbytes: float, devices: int, busbw_GBps: float) -> float:
-    """A ring allreduce of ``nbytes`` over ``devices`` at bus bandwidth ``busbw_GBps``."""
-    return 2 * (devices - 1) / devices * nbytes / (busbw_GBps * 1e9) if devices > 1 else 0.0
-
-
-def step_band(compute_s: float, allreduce_s: float,
-              exposed_s: Optional[float] = None) -> Tuple[float, float]:
-    """(shortest, longest) predicted step: the exposed communication where it was measured,
-    otherwise full overlap of the backward pass to no overlap."""
-    if exposed_s is not None:
-        return compute_s + exposed_s, compute_s + exposed_s
-    hidden = compute_s + max(0.0, allreduce_s - BACKWARD_SHARE * compute_s)
-    return hidden, compute_s + allreduce_s
+MODEL_FIELDS = ("model_input", "predicted_images_per_sec", "predicted_images_per_sec_low",
+                "predicted_images_per_sec_high", "prediction_ratio", "loss_term",
+                *(f"{name}{end}" for name in TERMS for end in ("", "_low", "_high")))
 
 
-def prediction(row: Dict) -> Dict:
-    """The model's fields for one sweep row (after ``with_scaling``): null where the row lacks
-    a baseline, or its allreduce was not measured at more than one device. The prediction is
-    the middle of the overlap band at the measured figures; its low and high ends also take
-    the ends of the 95% intervals of the single figure and of the allreduce time, and are null
-    where the single figure's interval is open on that side (too few or too noisy chunks)."""
-    empty = dict.fromkeys(("predicted_images_per_sec", "predicted_images_per_sec_low",
-                           "predicted_images_per_sec_high", "prediction_ratio", "loss_term",
-                           "contention_s"))
-    baseline, devices = row.get("baseline_images_per_sec"), row["total_devices"]
-    if row["status"] != "ok" or not baseline:
-        return empty
-    if row.get("mode") == "forward" or devices == 1:
-        allreduce = (0.0, 0.0, 0.0)
+def launcher_term(row: Dict, compute_s: float) -> Optional[Term]:
+    """The launcher's own 1-device step less the single step: compute x o / (1 - o) for a
+    ``parallel_overhead`` o, its ends from o's (o itself where it has no interval); None where
+    the curve has no single baseline."""
+    overhead = row.get("parallel_overhead")
+    if overhead is None or row.get("baseline_launcher") != BASELINE_LAUNCHER:
+        return None
+    ends = (row.get("parallel_overhead_low"), row.get("parallel_overhead_high"))
+    if ends == (None, None):
+        ends = (overhead, overhead)
+    return Term(*(None if share is None or share >= 1 else compute_s * share / (1 - share)
+                  for share in (overhead, *ends)))
+
+
+def contention_term(row: Dict, alone_ci95: Optional[List[float]] = None) -> Optional[Term]:
+    """The cell's local step less the single cell's (``alone_ci95``: the latter's interval),
+    negative where the cell's was faster; None at one device and where either was not timed."""
+    alone = row.get("baseline_local_step_s")
+    if row["total_devices"] == 1 or not row.get("local_step_s") or not alone:
+        return None
+    return difference(measured(row["local_step_s"], row.get("local_step_s_ci95")),
+                      measured(alone, alone_ci95))
+
+
+def interference_term(row: Dict) -> Optional[Term]:
+    """The cell's local step with an allreduce in flight beside it less without; None where
+    not timed."""
+    if not row.get("local_step_communicating_s") or not row.get("local_step_s"):
+        return None
+    return difference(measured(row["local_step_communicating_s"],
+                               row.get("local_step_communicating_s_ci95")),
+                      measured(row["local_step_s"], row.get("local_step_s_ci95")))
+
+
+def _fields(name: str, term: Optional[Term]) -> Dict:
+    return dict(zip((name, f"{name}_low", f"{name}_high"), term or (None, None, None)))
+
+
+def prediction(row: Dict, alone_ci95: Optional[List[float]] = None) -> Dict:
+    """The model's fields for one sweep row (after ``with_scaling``). A 1-device row is an
+    input (``model_input``: its compute, or the launcher's own cost) with no prediction; a
+    row without a baseline, or whose allreduce was not measured, has none either. The
+    prediction is the middle of the overlap band at the figures; its low and high ends take
+    the ends of every term's interval (null at an open end)."""
+    fields = dict.fromkeys(MODEL_FIELDS)
+    if row["status"] != "ok" or not row.get("baseline_images_per_sec"):
+        return fields
+    compute = compute_term(row)
+    terms = {"launcher_s": launcher_term(row, compute.value),
+             "contention_s": contention_term(row, alone_ci95),
+             "interference_s": interference_term(row)}
+    for name, term in terms.items():
+        fields.update(_fields(name, term))
+    devices = row["total_devices"]
+    if devices == 1:
+        own = row["launcher"] == row.get("baseline_launcher")
+        return {**fields, "model_input": "the compute" if own else "the launcher"}
+    if row.get("mode") == "forward":
+        allreduce = measured(0.0)
     elif row.get("allreduce_time_s") is not None:
-        allreduce = (row["allreduce_time_s"],
-                     *(row.get("allreduce_time_s_ci95") or [row["allreduce_time_s"]] * 2))
+        allreduce = measured(row["allreduce_time_s"], row.get("allreduce_time_s_ci95"))
     else:
-        return empty
-    low, high = row.get("baseline_ci95") or (baseline, baseline)
-    compute = tuple(_seconds(row["batch_size"], figure) for figure in (baseline, high, low))
-    contention_s = contention(row)
+        return fields
+    found = {TERMS[name]: term for name, term in terms.items() if term is not None}
+    busy = total([compute, *found.values()])
     step_s = row["batch_size"] * devices / row["images_per_sec"]
     breakdown = row.get("step_breakdown") or {}
     exposed = breakdown["communication"] * step_s if "communication" in breakdown else None
-    busy_s = compute[0] + contention_s
-    middle = sum(step_band(busy_s, allreduce[0], exposed)) / 2
+    step = step_term(busy, allreduce, exposed)
     images = row["batch_size"] * devices
-    shortest = None if compute[1] is None else \
-        step_band(compute[1] + contention_s, allreduce[1], exposed)[0]
-    longest = None if compute[2] is None else \
-        step_band(compute[2] + contention_s, allreduce[2], exposed)[1]
-    terms = {"contention": contention_s,
-             "exposed communication": exposed if exposed is not None else middle - busy_s}
-    terms["the rest"] = step_s - compute[0] - sum(terms.values())
-    return {"predicted_images_per_sec": images / middle,
-            "predicted_images_per_sec_low": None if longest is None else images / longest,
-            "predicted_images_per_sec_high": None if shortest is None else images / shortest,
-            "prediction_ratio": row["images_per_sec"] * middle / images,
-            "contention_s": contention_s,
-            "loss_term": None if step_s <= compute[0] else max(terms, key=terms.get)}
+    losses = {name: term.value for name, term in found.items()}
+    losses["exposed communication"] = exposed if exposed is not None else step.value - busy.value
+    losses["the rest"] = step_s - compute.value - sum(losses.values())
+    return {**fields, "predicted_images_per_sec": images / step.value,
+            "predicted_images_per_sec_low": rate(images, step.high),
+            "predicted_images_per_sec_high": rate(images, step.low),
+            "prediction_ratio": row["images_per_sec"] * step.value / images,
+            "loss_term": None if step_s <= compute.value else max(losses, key=losses.get)}
 
 
-def _seconds(batch_size: int, images_per_sec: float) -> Optional[float]:
-    """One step's seconds at ``images_per_sec``; None at an open end of an interval."""
-    return batch_size / images_per_sec if 0 < images_per_sec < math.inf else None
-
-
-def contention(row: Dict) -> float:
-    """How much longer the cell's compute took with all of its devices busy than the single
-    cell's alone; 0 at one device, and where either was not timed."""
-    local, alone = row.get("local_step_s"), row.get("baseline_local_step_s")
-    if row["total_devices"] == 1 or not local or not alone:
-        return 0.0
-    return max(0.0, local - alone)
+def alone_intervals(rows: List[Dict]) -> Dict[Tuple, List[float]]:
+    """``single_key`` -> the interval of the single cells' ``local_step_s`` about their median:
+    its own where one cell timed it; over several, the spread between them combined in
+    quadrature with their own intervals' median width."""
+    groups: Dict[Tuple, List[Dict]] = {}
+    for row in rows:
+        if row["launcher"] == BASELINE_LAUNCHER and row["total_devices"] == 1 and \
+                row["status"] == "ok" and row.get("local_step_s"):
+            groups.setdefault(single_key(row), []).append(row)
+    found = {}
+    for key, group in groups.items():
+        own = [row["local_step_s_ci95"] for row in group if row.get("local_step_s_ci95")]
+        if len(group) == 1:
+            if own:
+                found[key] = own[0]
+            continue
+        figures = [row["local_step_s"] for row in group]
+        widths = [(high - low) / 2 / row["local_step_s"] for row, (low, high) in
+                  zip(group, own)] if len(own) == len(group) else [0.0]
+        relative = ((relative_half_width(figures) or 0.0) ** 2
+                    + statistics.median(widths) ** 2) ** 0.5
+        middle = statistics.median(figures)
+        found[key] = [middle * (1 - relative), middle * (1 + relative)]
+    return found
 
 
 def with_predictions(rows: List[Dict]) -> List[Dict]:
-    """``rows`` with :func:`prediction`'s fields added."""
+    """``rows`` with :func:`prediction`'s fields added, and the leave-one-out check
+    (``prediction_error``) on each curve with two or more multi-device points."""
+    from scaling.report.tables import baseline_key  # tables builds its rows with this module
+
+    alone = alone_intervals(rows)
     for row in rows:
-        row.update(prediction(row))
+        key = single_key(row) if row["status"] == "ok" else None
+        row.update(prediction(row, alone.get(key)), **dict.fromkeys(ERROR_FIELDS))
+    leave_one_out(rows, baseline_key)
     return rows
 
 
-def extrapolate(compute_s: float, batch_size: int, gradient_bytes: float,
-                counts: List[int], busbw_GBps: float,
-                devices_per_node: Optional[int] = None,
-                inter_node_busbw_GBps: Optional[float] = None) -> List[Dict]:
-    """Predicted images/sec (a band: full overlap of the backward pass to none) at each device
-    count, from the ring formula; beyond ``devices_per_node`` the ring crosses nodes and runs
-    at ``inter_node_busbw_GBps``."""
-    lines = []
-    for devices in counts:
-        crosses = devices_per_node is not None and devices > devices_per_node
-        busbw = inter_node_busbw_GBps if crosses and inter_node_busbw_GBps else busbw_GBps
-        allreduce_s = ring_allreduce_s(gradient_bytes, devices, busbw)
-        shortest, longest = step_band(compute_s, allreduce_s)
-        images = batch_size * devices
-        lines.append({"devices": devices, "busbw_GBps": busbw, "allreduce_s": allreduce_s,
-                      "images_per_sec_low": images / longest,
-                      "images_per_sec_high": images / shortest,
-                      "efficiency_low": compute_s / longest,
-                      "efficiency_high": compute_s / shortest})
-    return lines
-
-
-def curve_inputs(rows: List[Dict], key: Callable[[Dict], Tuple],
-                 busbw_GBps: Optional[float] = None) -> Dict:
-    """``key`` (a row's curve) -> the model's inputs for the curve: single step, batch,
-    gradient bytes, the bus bandwidth (given, or measured at the curve's largest device count)
-    and the measured images/sec per device count; curves without a baseline or a bandwidth
-    are left out."""
-    curves: Dict = {}
-    for row in rows:
-        if row["status"] == "ok" and row.get("baseline_images_per_sec") and \
-                row.get("gradient_bytes"):
-            curves.setdefault(key(row), []).append(row)
-    inputs = {}
-    for curve, group in curves.items():
-        largest = max(row["total_devices"] for row in group)
-        measured = [row["allreduce_busbw_GBps"] for row in group
-                    if row["total_devices"] == largest and row.get("allreduce_busbw_GBps")]
-        busbw = busbw_GBps or (statistics.median(measured) if measured else None)
-        if busbw is None:
-            continue
-        first = group[0]
-        by_devices: Dict[int, List[float]] = {}
-        for row in group:
-            by_devices.setdefault(row["total_devices"], []).append(row["images_per_sec"])
-        inputs[curve] = {"compute_s": first["batch_size"] / first["baseline_images_per_sec"],
-                         "batch_size": first["batch_size"],
-                         "gradient_bytes": first["gradient_bytes"], "busbw_GBps": busbw,
-                         "measured": {devices: statistics.median(figures)
-                                      for devices, figures in sorted(by_devices.items())},
-                         "busbw_source": "given" if busbw_GBps else f"measured at {largest}"}
-    return inputs
-
-
-def predicted_curves(rows: List[Dict], key: Callable[[Dict], Tuple],
-                     counts: Optional[List[int]] = None, busbw_GBps: Optional[float] = None,
-                     devices_per_node: Optional[int] = None,
-                     inter_node_busbw_GBps: Optional[float] = None) -> Dict[Tuple, Dict]:
-    """``key`` (a row's curve) -> its inputs with ``lines``, the extrapolation to ``counts``
-    (by default 2, 4 and 8 times the curve's largest measured device count)."""
-    curves = curve_inputs(rows, key, busbw_GBps)
-    for curve in curves.values():
-        largest = max(curve["measured"])
-        curve["lines"] = extrapolate(
-            curve["compute_s"], curve["batch_size"], curve["gradient_bytes"],
-            counts or [largest * factor for factor in (2, 4, 8)], curve["busbw_GBps"],
-            devices_per_node, inter_node_busbw_GBps)
-    return curves
-
+ERROR_FIELDS = ("prediction_error", "prediction_error_low", "prediction_error_high",
+                "prediction_error_from")
 
 MODEL_TITLE = ("The scaling model: measured against predicted images/sec (the single step, "
-               "plus contention, plus the allreduce the launcher does not hide)")
+               "plus the launcher's own cost, contention, communication beside the compute and "
+               "the allreduce the launcher does not hide); 1-device rows are its inputs")
 MODEL_HEADERS = ("workload", "curve", "devices", "measured", "predicted (band)",
-                 "measured / predicted", "largest loss")
+                 "measured / predicted", "launcher ms", "contention ms", "beside ms",
+                 "largest loss", "leave-one-out error")
 
 
 def _band(low: Optional[float], high: Optional[float]) -> str:
@@ -196,18 +180,42 @@ def _band(low: Optional[float], high: Optional[float]) -> str:
     return " ({}-{})".format(*("..." if end is None else f"{end:,.1f}" for end in (low, high)))
 
 
+def milliseconds(row: Dict, name: str) -> str:
+    """``+12.3 [+5.0, +19.6]`` ms for a term and its interval (none where it has none); ``-``
+    where not measured."""
+    if row.get(name) is None:
+        return "-"
+    ends = [row.get(f"{name}_low"), row.get(f"{name}_high")]
+    spread = "" if ends[0] == ends[1] is not None else " [{}, {}]".format(
+        *("..." if end is None else f"{end * 1e3:+,.1f}" for end in ends))
+    return f"{row[name] * 1e3:+,.1f}{spread}"
+
+
+def error_text(row: Dict) -> str:
+    """``-4.2% [-9.0%, +0.6%] from 1, 2 devices``, or ``-``."""
+    if row.get("prediction_error") is None:
+        return "-"
+    spread = "" if row.get("prediction_error_low") is None else \
+        f" [{row['prediction_error_low']:+.1%}, {row['prediction_error_high']:+.1%}]"
+    return f"{row['prediction_error']:+.1%}{spread} from {row['prediction_error_from']}"
+
+
 def model_lines(rows: List[Dict], label) -> List[Tuple[str, ...]]:
-    """One line per ok row with a prediction, but the baselines themselves, in
+    """One line per ok row that is an input of the model or has a prediction, in
     ``MODEL_HEADERS`` order; ``label`` names a row's curve."""
     lines = []
     for row in rows:
-        baseline_itself = row["total_devices"] == 1 and row["launcher"] == row.get(
-            "baseline_launcher")
-        if row.get("predicted_images_per_sec") is None or baseline_itself:
+        predicted = row.get("predicted_images_per_sec")
+        if predicted is None and not row.get("model_input"):
             continue
-        band = _band(row["predicted_images_per_sec_low"], row["predicted_images_per_sec_high"])
+        if predicted is None:
+            columns = (f"input: {row['model_input']}", "-")
+        else:
+            band = _band(row["predicted_images_per_sec_low"],
+                         row["predicted_images_per_sec_high"])
+            columns = (f"{predicted:,.1f}{band}", f"{row['prediction_ratio']:.2f}")
         lines.append((f"{row['workload']} at {row['image_size']}px on {row['device_type']}",
                       label(row), str(row["total_devices"]), f"{row['images_per_sec']:,.1f}",
-                      f"{row['predicted_images_per_sec']:,.1f}{band}",
-                      f"{row['prediction_ratio']:.2f}", row["loss_term"] or "-"))
+                      *columns, *(milliseconds(row, name) for name in TERMS),
+                      row.get("loss_term") or "-", error_text(row)))
     return sorted(lines, key=lambda line: (line[0], line[1], int(line[2])))

@@ -42,7 +42,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import statistics
 import sys
+import threading
 import time
 from typing import Callable, Dict, Optional
 
@@ -140,21 +142,36 @@ def input_references(session, cell: Dict, faults: common.FaultInjector) -> Dict:
 
 def contended_compute(session, cell: Dict) -> Dict:
     """After the window of a sweep cell with a backward pass: ``steps`` forward and backward
-    passes with nothing aggregated, on every rank at once between two barriers. Their mean on
-    this rank is the compute of one step at the cell's device count, contention for the host's
-    cores and memory included, which the scaling model sets against the ``single`` cell's.
-    A launcher's own one-device point has no contention to time, and skips it."""
+    passes with nothing aggregated, on every rank at once, timed in chunks (their means give
+    ``local_step_s`` an interval). Their mean on this rank is the compute of one step at the
+    cell's device count, contention for the host's cores and memory included, which the
+    scaling model sets against the ``single`` cell's. A launcher's own one-device point has no
+    contention to time, and skips it.
+
+    In a data-parallel cell over two or more devices with a collective, the same steps again,
+    each with an allreduce of one replica's gradient bytes through the cell's own collective
+    in flight beside it, in a second thread (``communicating_step_chunks``): the compute with
+    the launcher's communication running beside it, as during a training step's backward pass
+    (its CPU work, and its background threads)."""
     alone = cell["devices"] * cell["nodes"] == 1 and cell["data_parallel"] != "none"
     if cell["mode"] == "forward" or cell["purpose"] != "sweep" or alone or \
             not hasattr(session, "local_steps"):
         return {}
     session.local_steps(1)
-    session.barrier()
-    start = time.perf_counter()
-    session.local_steps(cell["steps"])
-    seconds = time.perf_counter() - start
-    session.barrier()
-    return {"local_step_s": seconds / cell["steps"]}
+    report = {"local_step_chunks": timed_local_chunks(session, cell["steps"])}
+    if cell["data_parallel"] != "none" and hasattr(session, "collective"):
+        collective = session.collective()
+        collective.prepare(session.gradient_bytes // 4)
+        collective.zero()
+
+        def allreduce():
+            """One allreduce of the gradient bytes, until its result is there."""
+            collective.allreduce()
+            collective.synchronize()
+        allreduce()  # its first call sets the collective up
+        report["communicating_step_chunks"] = timed_local_chunks(session, cell["steps"],
+                                                                 allreduce)
+    return {**report, "local_step_s": statistics.fmean(report["local_step_chunks"])}
 
 
 def profiled_steps(session, cell_dir: str, rank: int) -> Dict:
@@ -213,6 +230,35 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
     common.die_with_parent()
     watch_for_signals(cell_dir, rank)
     cell = common.load_cell(cell_dir)
+def timed_local_chunks(session, steps: int, beside=None) -> list:
+    """The mean seconds of one local step in each chunk of :func:`chunk_length` steps, on every
+    rank at once between two barriers. ``beside``: a function run in a second thread through
+    each step (joined after it, outside the step's time)."""
+    session.barrier()
+    length = chunk_length(steps)
+    means = [_local_seconds(session, min(length, steps - start), beside)
+             / min(length, steps - start) for start in range(0, steps, length)]
+    session.barrier()
+    return means
+
+
+def _local_seconds(session, count: int, beside) -> float:
+    """Seconds of ``count`` local steps, each with ``beside`` running in a second thread."""
+    if beside is None:
+        started = time.perf_counter()
+        session.local_steps(count)
+        return time.perf_counter() - started
+    seconds = 0.0
+    for _ in range(count):
+        thread = threading.Thread(target=beside)
+        started = time.perf_counter()
+        thread.start()
+        session.local_steps(1)
+        seconds += time.perf_counter() - started
+        thread.join()
+    return seconds
+
+
     if cap_heap:
         common.apply_memory_limit(cell["memory_limit"])
     with common.reporting(cell_dir, rank) as report:
