@@ -1,9 +1,10 @@
 """Sweep files: YAML that names frameworks, launchers, workloads, device counts and batch sizes.
 
 A sweep expands to cells, one per combination and repeat. Each curve's baseline, the ``single``
-cell of its framework (one process, one device, no data-parallel wrapper), is added once per
-framework and runs first. Without ``threads_per_device``, a CPU device is the same unit at every
-point: the cores of a node over the largest device count of the sweep.
+cell of its framework (one process, one device, no data-parallel wrapper), is added and
+measured before each round of its curves' repeats and once after the last (:func:`in_rounds`).
+Without ``threads_per_device``, a CPU device is the same unit at every point: the cores of a
+node over the largest device count of the sweep.
 """
 
 from __future__ import annotations
@@ -287,7 +288,7 @@ def resolve_batch(batch: Union[int, str], max_batch: Optional[int], multiple_of:
 
 def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]] = None,
            cores: Optional[int] = None) -> List[Cell]:
-    """The sweep's cells, each curve's ``single`` baseline first. ``max_batches`` maps
+    """The sweep's cells in the order they run (:func:`in_rounds`). ``max_batches`` maps
     (framework, launcher, workload, devices) to the largest batch that fits, for symbolic batch
     sizes; a combination where none fitted has no cell. ``cores``: CPU cores of a node where
     the cells run (default: this machine's)."""
@@ -324,8 +325,30 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                     largest_devices=max(counts), data=config.data,
                     loader_workers=loader_workers,
                 ))
-    baselines = list(map(single_twin, cells)) if config.single_baseline else []
-    return list({cell.cell_id: cell for cell in [*baselines, *cells]}.values())
+    return in_rounds(cells, config.repeats, config.single_baseline)
+
+
+def in_rounds(cells: List[Cell], repeats: int, with_baseline: bool) -> List[Cell]:
+    """``cells`` in the order they run, so that each baseline is measured several times over
+    the time its curves run. Cells that share a baseline (their ``single`` twin) run together,
+    one group after another; within a group, repeat r of every cell is round r, run in the
+    opposite order in odd rounds (so that a steady drift of the machine's speed falls evenly on
+    every point). With ``with_baseline``, the group's ``single`` cell runs before each round
+    and once more after the last (as repeat ``repeats``), bracketing its curves."""
+    groups: Dict[str, List[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(single_twin(cell).with_changes(repeat=0).cell_id, []).append(cell)
+    ordered: List[Cell] = []
+    for members in groups.values():
+        twin = single_twin(members[0])
+        for round_ in range(repeats):
+            batch = [cell for cell in members if cell.repeat == round_]
+            if with_baseline:
+                ordered.append(twin.with_changes(repeat=round_))
+            ordered.extend(reversed(batch) if round_ % 2 else batch)
+        if with_baseline:
+            ordered.append(twin.with_changes(repeat=repeats))
+    return list({cell.cell_id: cell for cell in ordered}.values())
 
 
 def single_twin(cell: Cell) -> Cell:

@@ -1,5 +1,6 @@
-"""95% intervals: of a cell's images/sec from its chunk times, of a figure over repeats, and of
-speedup and efficiency, which divide two figures."""
+"""Intervals: of a cell's images/sec from its chunk times (95%), of a figure over repeats (the
+spread between them with the windows' own), and of speedup and efficiency, which divide two
+figures."""
 
 from __future__ import annotations
 
@@ -40,6 +41,24 @@ def repeats_interval(values: List[float]) -> Optional[List[float]]:
         return None
     mean = statistics.fmean(values)
     return [mean * (1 - relative), mean * (1 + relative)]
+
+
+def repeats_and_window_interval(values: List[float], windows: List[Optional[List[float]]]
+                                ) -> Optional[List[float]]:
+    """The interval of the median of ``values``, figures of repeats run in separate processes,
+    each with its window's own interval (``windows``, from its chunk times, or None): half
+    the range between the repeats (what changed between them) and the median of the windows'
+    relative half widths (what changed inside them), added in quadrature, relative to the
+    median. A single figure keeps its window's interval. None where neither part exists."""
+    median = statistics.median(values)
+    own = [(window[1] - window[0]) / 2 / value for value, window in zip(values, windows)
+           if window and window[1] < math.inf]
+    if len(values) == 1:
+        return list(windows[0]) if windows[0] else None
+    between = (max(values) - min(values)) / 2 / median
+    within = statistics.median(own) if own else 0.0
+    relative = math.hypot(between, within)
+    return [median * (1 - relative), median * (1 + relative) if relative < 1 else math.inf]
 
 
 def ratio_interval(ratio: float, numerator: Optional[List[float]], numerator_value: float,

@@ -61,21 +61,37 @@ def test_a_sweep_that_lists_single_runs_it_at_one_device_only():
     spec = parse_sweep({"frameworks": {"torch": {"launchers": ["single", "torchrun"]}},
                         "workloads": ["cifar10"], "batch_sizes": [4], "devices": [1, 2],
                         "nodes": [1, 2], "device_type": "cpu"})
-    points = sorted((cell.launcher, cell.devices, cell.nodes) for cell in expand(spec))
-    assert points == [("single", 1, 1), ("torchrun", 1, 1), ("torchrun", 1, 2),
-                      ("torchrun", 2, 1), ("torchrun", 2, 2)]
+    points = sorted((cell.launcher, cell.devices, cell.nodes, cell.repeat)
+                    for cell in expand(spec))
+    assert points == [("single", 1, 1, 0), ("single", 1, 1, 1), ("torchrun", 1, 1, 0),
+                      ("torchrun", 1, 2, 0), ("torchrun", 2, 1, 0), ("torchrun", 2, 2, 0)]
 
 
-def test_a_sweep_adds_one_single_cell_per_framework_and_runs_it_first():
+def test_a_sweep_brackets_its_curves_with_their_single_cell():
     spec = parse_sweep({"frameworks": {"torch": {"launchers": ["torchrun", "horovod"],
                                                  "options": {"channels_last": True}}},
                         "workloads": ["cifar10"], "batch_sizes": [4], "devices": [1, 2],
                         "device_type": "cpu"})
     cells = expand(spec)
-    assert [(c.launcher, c.devices) for c in cells] == [
-        ("single", 1), ("torchrun", 1), ("torchrun", 2), ("horovod", 1), ("horovod", 2)]
+    assert [(c.launcher, c.devices, c.repeat) for c in cells] == [
+        ("single", 1, 0), ("torchrun", 1, 0), ("torchrun", 2, 0), ("horovod", 1, 0),
+        ("horovod", 2, 0), ("single", 1, 1)]
     assert cells[0].options == {"channels_last": True}
     assert cells[0].data_parallel == "none"
+
+
+def test_repeats_run_in_rounds_each_opened_by_the_baseline_and_alternating_in_order():
+    """Two workloads, two repeats: each workload's cells run together; the baseline before
+    each round and after the last, the second round in the opposite order."""
+    spec = parse_sweep({"frameworks": {"torch": {"launchers": ["torchrun"]}},
+                        "workloads": ["cifar10", "mnist_mlp"], "batch_sizes": [4],
+                        "devices": [1, 2], "device_type": "cpu", "repeats": 2})
+    order = [(c.workload, c.launcher, c.devices, c.repeat) for c in expand(spec)]
+    for workload in ("cifar10", "mnist_mlp"):
+        assert [point[1:] for point in order if point[0] == workload] == [
+            ("single", 1, 0), ("torchrun", 1, 0), ("torchrun", 2, 0),
+            ("single", 1, 1), ("torchrun", 2, 1), ("torchrun", 1, 1), ("single", 1, 2)]
+    assert [point[0] for point in order] == ["cifar10"] * 7 + ["mnist_mlp"] * 7
 
 
 def test_a_cpu_device_is_the_same_unit_at_every_point_of_a_curve():

@@ -8,6 +8,7 @@ import pytest
 from conftest import (recorded_cell, scaling_cli, scaling_cli_ok, scaling_in_process,
                       write_records, write_sweep)
 
+from scaling.report.baseline import figure_interval
 from scaling.report.compare import Figure, compare, parse_threshold, verdict
 
 
@@ -75,12 +76,22 @@ def test_repeats_give_the_interval_and_a_new_version_is_matched_to_the_old():
            for repeat, ips in enumerate((84.0, 93.0, 96.0))]
     comparison = compare(base, new, 0.05)
     [row] = comparison.rows
-    # t interval of the mean of three: 100 +- 4.303 * 10 / sqrt(3)
+    # the median, +- half the range of the repeats (their windows have no interval here)
     assert (row["base"].images_per_sec, row["base"].low, row["base"].high) == \
-        pytest.approx((100.0, 75.16, 124.84), abs=0.01)
-    assert row["new"].images_per_sec == 93.0
+        pytest.approx((100.0, 90.0, 110.0), abs=0.01)
+    assert (row["new"].images_per_sec, row["new"].low) == pytest.approx((93.0, 87.0))
     assert row["verdict"] == "within noise"
-    assert row["base"].text() == "100.0 ± 24.8"
+    assert row["base"].text() == "100.0 ± 10.0"
+
+
+def test_the_interval_over_repeats_combines_their_spread_with_their_windows():
+    """Half the range between repeats (5%) and the windows' own half widths (median 12%) add
+    in quadrature: 13%, around the median."""
+    rows = [{**recorded_cell(1, ips, repeat=repeat), "images_per_sec_ci95": window}
+            for repeat, (ips, window) in enumerate(((95.0, [85.5, 104.5]), (100.0, [88, 112]),
+                                                    (105.0, [92.4, 117.6])))]
+    low, high = figure_interval(rows)
+    assert (low, high) == pytest.approx((87.0, 113.0))
 
 
 def test_a_record_interval_from_its_chunk_times_separates_noise():

@@ -124,4 +124,4 @@ def test_device_type_is_an_axis():
         expand(spec)
     spec.device_type = ["cpu"]
     assert [(cell.launcher, cell.device_type) for cell in expand(spec)] == [
-        ("single", "cpu"), ("torchrun", "cpu")]
+        ("single", "cpu"), ("torchrun", "cpu"), ("single", "cpu")]

@@ -10,7 +10,7 @@ from scaling.sweep import device_counts, expand, load_sweep
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_quickstart_shape_expands_with_its_single_baselines_first(tmp_path):
+def test_the_quickstart_shape_expands_each_curve_between_its_baselines(tmp_path):
     config = tmp_path / "quick.yaml"
     config.write_text("""
 name: quickstart
@@ -27,9 +27,12 @@ repeats: 2
 timeout_s: 600
 """)
     cells = expand(load_sweep(config))
-    baselines, curves = cells[:2 * 2 * 2], cells[2 * 2 * 2:]
-    assert {(c.launcher, c.devices) for c in baselines} == {("single", 1)}
+    baselines = [c for c in cells if c.launcher == "single"]
+    curves = [c for c in cells if c.launcher != "single"]
+    assert {c.devices for c in baselines} == {1}
+    assert len(baselines) == 2 * 2 * 3  # workloads x batches x (repeats + 1)
     assert len(curves) == 2 * 2 * 2 * 2
+    assert cells[0].launcher == cells[-1].launcher == "single"
     assert {c.launcher for c in curves} == {"torchrun"}
     assert {c.image_size for c in cells} == {64}
     assert len({c.cell_id for c in cells}) == len(cells)

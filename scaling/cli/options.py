@@ -164,7 +164,8 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
                      show_default=True, help="auto: GPUs if there are any, else CPU workers."),
         click.option("--threads-per-device", type=int,
                      help="CPU threads per worker [default: cores // the largest device count "
-                          "of the run or sweep, at least 1]."),
+                          "of the run or sweep, at least 1; a run into a folder whose cells "
+                          "of the same curve or baseline have a default unit takes that one]."),
         click.option("--memory-limit", help="Memory cap per CPU device, e.g. 3GiB."),
         click.option("--data", type=click.Path(file_okay=False),
                      help="Train on the real JPEGs of this ImageFolder tree (DIR/train/<class>/"

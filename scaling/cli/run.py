@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import click
 from rich.table import Table
 
 from scaling import hardware
-from scaling.cell import make_cell
+from scaling.cell import Cell, make_cell
 from scaling.cli.backends import BACKENDS, backend_option
 from scaling.cli.output import console, prepare_out_dir, print_record
 from scaling.cli.options import (apply, cell_options, parse_options, pop_slurm_flags,
                                  slurm_options, watch_options, watch_settings)
 from scaling.data import check_data_dir
-from scaling.errors import exit_status
+from scaling.errors import ScalingError, exit_status
 from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS
 from scaling.launchers import default_python, get_launcher, launchers_of
 from scaling.placement import local_placement
+from scaling.sweep import single_twin
 from scaling.units import parse_bytes
 
 
@@ -75,6 +78,26 @@ RUN_OPTIONS = [
 ]
 
 
+def folder_unit(out_dir, cell: Cell) -> Optional[int]:
+    """Where ``cell`` takes its default threads and ``out_dir`` already holds sweep cells of
+    its baseline (the same ``single`` twin: framework, workload, batch, image size, options,
+    mode) with default threads of another count, that count: the device unit of the folder's
+    curve, which the cell takes so that it joins that curve rather than start another. None
+    otherwise."""
+    if not cell.threads_default or cell.device_type != "cpu":
+        return None
+    twin = single_twin(cell).with_changes(repeat=0, threads_per_device=0).cell_id
+    for record in ResultStore(out_dir).records():
+        if record.get("purpose", "sweep") != "sweep" or not record.get("threads_default") \
+                or record["threads_per_device"] == cell.threads_per_device:
+            continue
+        fields = {name: record[name] for name in Cell.__dataclass_fields__ if name in record}
+        other = single_twin(Cell(**fields)).with_changes(repeat=0, threads_per_device=0)
+        if other.cell_id == twin:
+            return record["threads_per_device"]
+    return None
+
+
 @click.command()
 @cell_options(steps=20, warmup=5, out="runs/run", what="cell")
 @lambda command: apply(RUN_OPTIONS, command)
@@ -92,9 +115,18 @@ def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous,
     environment is missing (env_error); with --backend slurm and no --wait, 0 once it is
     submitted."""
     slurm = pop_slurm_flags(fields)
-    cell = make_cell(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
-                     options=parse_options(option_pairs),
-                     cores=BACKENDS.get(backend).cores(slurm), **fields)
+    settings = dict(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
+                    options=parse_options(option_pairs),
+                    cores=BACKENDS.get(backend).cores(slurm), **fields)
+    cell = make_cell(**settings)
+    unit = folder_unit(out_dir, cell)
+    if unit is not None:
+        try:
+            cell = make_cell(**settings, default_threads=unit)
+        except ScalingError as error:
+            raise ScalingError(f"{out_dir} measures this curve with CPU devices of {unit} "
+                               f"thread(s) each, the unit this run takes by default: "
+                               f"{error}") from None
     if cell.data and backend == "local":
         check_data_dir(cell.data)  # under Slurm each node checks, before training
     placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell), cell.nodes,

@@ -7,10 +7,17 @@ the framework (a launcher's own, such as Horovod's timeline, do not apply to it)
 cell did not run or failed, the launcher's own one-device point is the baseline, and the row
 says why. ``parallel_overhead`` = 1 - (launcher at one device / single): what the wrapper costs
 before any second device is there.
+
+A sweep measures each baseline several times, spread over the time its curve runs (the
+``single`` cell before each round of the curve's cells and once after the last,
+``scaling.sweep``). Their spread, ``baseline_drift`` ((largest - smallest) / median), is what the
+machine's speed did between cells; it enters the baseline's interval, and a point whose own
+interval is narrower than the drift is marked ``drifted``.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import statistics
 from collections import defaultdict
@@ -19,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from scaling.frameworks import FRAMEWORKS
 from scaling.launchers.single import BASELINE_LAUNCHER
-from scaling.uncertainty import ratio_interval, repeats_interval
+from scaling.uncertainty import ratio_interval, repeats_and_window_interval
 
 
 @dataclass(frozen=True)
@@ -34,14 +41,55 @@ class Baseline:
     parallel_overhead_ci95: Optional[List[float]] = None
     local_step_s: Optional[float] = None
     """The single cell's forward and backward pass alone (``local_step_s``), where timed."""
+    drift: Optional[float] = None
+    """(largest - smallest) / median of the baseline's measurements; None for fewer than two."""
+    measurements: Tuple[Dict, ...] = ()
+    """The baseline's ok measurements (records), in the order they ran."""
 
 
 def figure_interval(group: List[Dict]) -> Optional[List[float]]:
-    """The 95% interval of the figure of a group of ok repeats: over the repeats where there
-    are several, the record's own (from its chunk times) otherwise."""
-    if len(group) > 1:
-        return repeats_interval([row["images_per_sec"] for row in group])
-    return group[0].get("images_per_sec_ci95")
+    """The interval of the median figure of a group of ok repeats (separate processes): the
+    spread between the repeats combined with the windows' own intervals
+    (:func:`scaling.uncertainty.repeats_and_window_interval`); a single record's own interval
+    (from its chunk times) where there is one repeat."""
+    return repeats_and_window_interval([row["images_per_sec"] for row in group],
+                                       [row.get("images_per_sec_ci95") for row in group])
+
+
+def drift(group: List[Dict]) -> Optional[float]:
+    """(largest - smallest) / median of the figures of ``group``; None for fewer than two."""
+    if len(group) < 2:
+        return None
+    figures = [row["images_per_sec"] for row in group]
+    return (max(figures) - min(figures)) / statistics.median(figures)
+
+
+def started(row: Dict) -> Optional[float]:
+    """A record's start, in seconds since the epoch; None where it has none."""
+    text = row.get("started_at")
+    return datetime.datetime.fromisoformat(text).timestamp() if text else None
+
+
+def baseline_gap_s(row: Dict, measurements: Tuple[Dict, ...]) -> Optional[float]:
+    """Seconds between a record's start and the nearest start of its baseline's
+    measurements."""
+    start = started(row)
+    gaps = [abs(start - other) for other in map(started, measurements)
+            if start is not None and other is not None]
+    return min(gaps) if gaps else None
+
+
+def drift_reason(baseline_drift: Optional[float], measurements: int,
+                 interval: Optional[List[float]], images_per_sec: float) -> Optional[str]:
+    """Why a point is ``drifted``: its baseline moved between its measurements by more than
+    the point's own interval is wide; None otherwise."""
+    if baseline_drift is None or not interval:
+        return None
+    width = (interval[1] - interval[0]) / images_per_sec
+    if baseline_drift <= width:
+        return None
+    return (f"the baseline moved {baseline_drift:.0%} between its {measurements} measurements, "
+            f"more than this point's own interval ({width:.0%} wide)")
 
 
 def single_key(row: Dict) -> Tuple:
@@ -66,6 +114,10 @@ def _overhead(own: Tuple[float, Optional[List[float]]],
     ratio = own[0] / single[0]
     bounds = ratio_interval(ratio, own[1], own[0], single[1], single[0])
     return 1 - ratio, [1 - bounds[1], 1 - bounds[0]] if bounds else None
+
+
+def _in_order(group: List[Dict]) -> Tuple[Dict, ...]:
+    return tuple(sorted(group, key=lambda row: row.get("started_at") or ""))
 
 
 def _reason(single_rows: List[Dict]) -> str:
@@ -97,9 +149,11 @@ def baselines(rows: List[Dict], curve_key: Callable[[Dict], Tuple]) -> Dict[Tupl
                 and row["launcher"] != BASELINE_LAUNCHER else (None, None)
             local = [r["local_step_s"] for r in single_ok if r.get("local_step_s")]
             found[key] = Baseline(BASELINE_LAUNCHER, *figure, None, *overhead,
-                                  statistics.median(local) if local else None)
+                                  statistics.median(local) if local else None,
+                                  drift(single_ok), _in_order(single_ok))
         elif own_figure:
-            found[key] = Baseline(row["launcher"], *own_figure, _reason(single_rows))
+            found[key] = Baseline(row["launcher"], *own_figure, _reason(single_rows),
+                                  drift=drift(own[key]), measurements=_in_order(own[key]))
     return found
 
 

@@ -1,11 +1,12 @@
 """``scaling compare BASE NEW``: the cells two output folders share, new against base.
 
 A cell is matched on what it measures (framework, launcher, workload, per-device batch, image
-size, device type, options, mode, nodes and total devices), not on the framework version or
-the repeat, so an upgrade is compared against what it replaced. Each side's figure is the
-median images/sec over its successful repeats, with the 95% interval of ``figure_interval``:
-over the repeats where there are several, from the record's chunk times otherwise (a record
-without one has an interval of zero width).
+size, device type, options, mode, device unit, nodes and total devices), not on the framework
+version or the repeat, so an upgrade is compared against what it replaced. Each side's figure
+is the median images/sec over its successful repeats, with the interval of
+``figure_interval``: the spread between the repeats combined with their windows' own where
+there are several, from the record's chunk times otherwise (a record without one has an
+interval of zero width).
 
 Verdicts: a change within the threshold is ``same``. A larger change whose intervals overlap is
 ``within noise``. Otherwise it is a ``regression`` or an ``improvement``. A cell that was ok and
@@ -27,7 +28,8 @@ from scaling.report.tables import curve_fields
 
 VERDICTS = ("regression", "improvement", "within noise", "same", "still failing")
 COMPARE_COLUMNS = ["framework", "launcher", "workload", "batch_size", "image_size",
-                   "device_type", "options", "mode", "nodes", "total_devices", "base_status",
+                   "device_type", "options", "mode", "threads_per_device", "nodes",
+                   "total_devices", "base_status",
                    "base_images_per_sec", "base_low", "base_high", "new_status",
                    "new_images_per_sec", "new_low", "new_high", "change", "verdict"]
 
@@ -112,7 +114,7 @@ def compare(base_records: List[Dict], new_records: List[Dict], threshold: float)
     rows = []
     for key in sorted(base.keys() & new.keys(), key=str):
         change, name = verdict(base[key], new[key], threshold)
-        fields = dict(zip(COMPARE_COLUMNS[:10], key))
+        fields = dict(zip(COMPARE_COLUMNS[:11], key))
         rows.append({**fields, "base": base[key], "new": new[key], "change": change,
                      "verdict": name})
     return Comparison(rows, len(base.keys() - new.keys()), len(new.keys() - base.keys()))
@@ -135,7 +137,7 @@ def write_comparison_csv(comparison: Comparison, path) -> Path:
         for row in comparison.rows:
             base, new = row["base"], row["new"]
             writer.writerow({
-                **{column: row[column] for column in COMPARE_COLUMNS[:10]},
+                **{column: row[column] for column in COMPARE_COLUMNS[:11]},
                 "base_status": base.status, "base_images_per_sec": base.images_per_sec,
                 "base_low": base.low, "base_high": base.high,
                 "new_status": new.status, "new_images_per_sec": new.images_per_sec,

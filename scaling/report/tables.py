@@ -21,7 +21,8 @@ from typing import Dict, List, Optional, Tuple
 
 from rich.table import Table
 
-from scaling.report.baseline import baselines, figure_interval
+from scaling.report.baseline import (Baseline, baseline_gap_s, baselines, drift_reason,
+                                     figure_interval)
 from scaling.report.cost import sweep_prices, with_costs
 from scaling.report.input import with_input_verdicts
 from scaling.report.model import with_predictions
@@ -58,13 +59,16 @@ def curve_fields(record: Dict) -> Tuple:
     """What a curve is made of, except the framework version: framework (or its variant, such
     as ``tensorflow@tf215``), launcher, workload, per-device batch, image size, device type,
     options (with threads per device where they are not the default, and the real data with
-    its loader workers) and mode."""
+    its loader workers), mode and the device unit (a CPU device's threads, default or not), so
+    that points of different units never join one curve nor pool as repeats."""
     options = json.dumps(record.get("options") or {}, sort_keys=True)
     extra = [text for text in (explicit_threads(record), input_label(record)) if text]
     if extra:
         options = " ".join(([options] if options != "{}" else []) + extra)
-    return (record.get("variant") or record["framework"], record["launcher"], record["workload"], record["batch_size"],
-            record["image_size"], record["device_type"], options, record.get("mode", "train"))
+    unit = record.get("threads_per_device") if record["device_type"] == "cpu" else None
+    return (record.get("variant") or record["framework"], record["launcher"],
+            record["workload"], record["batch_size"], record["image_size"],
+            record["device_type"], options, record.get("mode", "train"), unit)
 
 
 def input_label(record: Dict) -> str:
@@ -129,7 +133,7 @@ def family_key(key: Tuple) -> Tuple:
 
 
 def family_label(family: Tuple, batch: Optional[int] = None) -> str:
-    framework, version, launcher, _, _, _, options, mode, nodes = family
+    framework, version, launcher, _, _, _, options, mode, _, nodes = family
     label = f"{framework} {version}".strip() + f" / {launcher}"
     if batch is not None:
         label += f", batch {batch}"
@@ -188,14 +192,34 @@ def with_scaling(records: List[Dict]) -> List[Dict]:
                    parallel_overhead_low=overhead[0] if overhead else None,
                    parallel_overhead_high=overhead[1] if overhead else None,
                    suspect=suspect_reason(ips, interval, efficiency) if ips else None,
+                   **drift_fields(row, found, ips, interval),
                    **scaling_interval(speedup, interval, ips, baseline, row["total_devices"],
-                                      own_baseline(row)))
+                                      own_baseline(row, found.launcher if found else None)))
     return rows
 
 
-def own_baseline(row: Dict) -> bool:
+def drift_fields(row: Dict, found: Optional[Baseline], images_per_sec: Optional[float],
+                 interval: Optional[List[float]]) -> Dict:
+    """How the row's baseline moved while its curve ran: ``baseline_drift``, its
+    ``baseline_measurements``, ``baseline_gap_s`` (to the nearest of them), the hosts they
+    ran on (``baseline_hosts``) and ``drifted``, the reason where the drift exceeds the
+    point's own interval (never on a baseline's own measurements)."""
+    if not found:
+        return dict.fromkeys(("baseline_drift", "baseline_measurements", "baseline_gap_s",
+                              "baseline_hosts", "drifted"))
+    measured = found.measurements
+    itself = any(other["cell"] == row["cell"] for other in measured)
+    return {"baseline_drift": found.drift, "baseline_measurements": len(measured),
+            "baseline_gap_s": None if itself else baseline_gap_s(row, measured),
+            "baseline_hosts": sorted({host for other in measured
+                                      for host in other.get("hosts") or []}),
+            "drifted": None if itself or images_per_sec is None else
+            drift_reason(found.drift, len(measured), interval, images_per_sec)}
+
+
+def own_baseline(row: Dict, baseline_launcher: Optional[str]) -> bool:
     """Whether the row is its curve's baseline: a one-device point measured against itself."""
-    return row["total_devices"] == 1 and row.get("baseline_launcher") in (None, row["launcher"])
+    return row["total_devices"] == 1 and baseline_launcher in (None, row["launcher"])
 
 
 def write_csv(rows: List[Dict], path) -> None:
@@ -213,9 +237,9 @@ def write_csv(rows: List[Dict], path) -> None:
 def cell_summary(group: List[Dict]) -> Dict:
     """The repeats of one curve point as one cell of a table: its status (``ok`` if any repeat
     is), the median images/sec with its interval (``interval``, ``plus_minus``), speedup and
-    efficiency with theirs, ``suspect`` and ``noisy`` (reasons or None), and the median seconds
-    per batch
-    for modes other than ``train`` (as the forward-only reference tables give them)."""
+    efficiency with theirs, ``suspect``, ``noisy`` and ``drifted`` (reasons or None), and the
+    median seconds per batch for modes other than ``train`` (as the forward-only reference
+    tables give them)."""
     ok = [row for row in group if row["status"] == "ok"]
     if not ok:
         return {"status": group[0]["status"], "error": group[0].get("error")}
@@ -226,6 +250,7 @@ def cell_summary(group: List[Dict]) -> Dict:
     interval = figure_interval(ok)
     baseline = (ok[0]["baseline_images_per_sec"], ok[0]["baseline_ci95"])
     efficiency = speedup / devices if speedup is not None else None
+    itself = own_baseline(ok[0], ok[0]["baseline_launcher"])
     return {
         "status": "ok",
         "images_per_sec": images_per_sec,
@@ -233,9 +258,10 @@ def cell_summary(group: List[Dict]) -> Dict:
         "plus_minus": (interval[1] - interval[0]) / 2 if interval else None,
         "speedup": speedup,
         "efficiency": efficiency,
-        **scaling_interval(speedup, interval, images_per_sec, baseline, devices,
-                           own_baseline(ok[0])),
+        **scaling_interval(speedup, interval, images_per_sec, baseline, devices, itself),
         "suspect": suspect_reason(images_per_sec, interval, efficiency),
+        "drifted": None if itself else drift_reason(
+            ok[0]["baseline_drift"], ok[0]["baseline_measurements"], interval, images_per_sec),
         "noisy": "; ".join(dict.fromkeys(row["noise"] for row in ok if row.get("noisy")))
         or None,
         "seconds_per_batch": statistics.median(row["step_time_median_s"] for row in ok)
@@ -263,6 +289,10 @@ SUSPECT_MARK = "?"
 """Appended to a suspect figure in the terminal tables; the table's caption says why."""
 NOISY_MARK = "!"
 """Appended to a figure measured while other processes were busy; the caption says how busy."""
+DRIFT_MARK = "~"
+"""Appended to a figure whose baseline moved more than the figure's own interval is wide."""
+MARKS = ((SUSPECT_MARK, "suspect"), (NOISY_MARK, "noisy"), (DRIFT_MARK, "drifted"))
+"""Each mark and the summary field that holds its reason."""
 
 
 def _cell_text(summary: Dict) -> str:
@@ -271,7 +301,7 @@ def _cell_text(summary: Dict) -> str:
     text = f"{figure_text(summary)} {scaling_text(summary)}"
     if summary["seconds_per_batch"] is not None:
         text += f" {summary['seconds_per_batch']:.4f} s/batch"
-    marks = (SUSPECT_MARK if summary["suspect"] else "") + (NOISY_MARK if summary["noisy"] else "")
+    marks = "".join(mark for mark, name in MARKS if summary[name])
     return text + (f" {marks}" if marks else "")
 
 
@@ -307,8 +337,7 @@ def scaling_tables(rows: List[Dict]) -> List[Table]:
             ))
         notes = [f"{mark} {curve_label(key)}, {count} {device_type.upper()}: {summary[name]}"
                  for (key, count), summary in sorted(summaries.items(), key=str)
-                 for mark, name in ((SUSPECT_MARK, "suspect"), (NOISY_MARK, "noisy"))
-                 if summary.get(name)]
+                 for mark, name in MARKS if summary.get(name)]
         table.caption = "\n".join(["± 95% interval", *notes])
         tables.append(table)
     return tables

@@ -137,6 +137,12 @@ def node_cpus(partition: Optional[str] = None) -> int:
     return min(map(int, counts))
 
 
+def node_names(partition: Optional[str] = None) -> List[str]:
+    """The compute nodes (of ``partition``, else of every partition), sorted."""
+    argv = ["sinfo", "-h", "-N", "-o", "%N", *([f"--partition={partition}"] if partition else [])]
+    return sorted(set(call(argv).split()))
+
+
 def running_jobs(nodelist: str) -> List[str]:
     """The jobs running on the nodes of ``nodelist``, as squeue names them (``JOB`` or
     ``ARRAYJOB_TASK``)."""

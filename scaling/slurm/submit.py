@@ -1,5 +1,6 @@
 """Submitting cells to Slurm: one job array per group of cells that need the same resources,
-one array task per cell.
+one array task per cell; the one-node cells that share a baseline form one array of their own,
+pinned to one node, so that they run there in the order the sweep gives.
 
 The batch script comes from ``scaling/slurm/array.sbatch``, rendered by a pure function that quotes
 every value, and resources are sbatch options in an argv list (no shell anywhere), so hostile
@@ -28,7 +29,7 @@ from scaling.errors import InfrastructureError
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.store import locked_append
 from scaling.slurm import controller
-from scaling.sweep import SlurmSection
+from scaling.sweep import SlurmSection, single_twin
 
 TEMPLATE = Path(__file__).with_name("array.sbatch")
 """The batch script, package data: it ships with the package, so an installed harness submits."""
@@ -58,9 +59,35 @@ def resources(cell: Cell, section: SlurmSection) -> Tuple:
     return cell.nodes, gpus, cpus
 
 
+def widest(cells: Sequence[Cell], section: SlurmSection) -> Tuple:
+    """The resources of one array whose tasks are ``cells``: the most any of them needs."""
+    needs = [resources(cell, section) for cell in cells]
+    gpus = [need[1] for need in needs if need[1]]
+    return max(need[0] for need in needs), max(gpus) if gpus else None, \
+        max(need[2] for need in needs)
+
+
+def pinned_node(cell: Cell, nodes: Sequence[str]) -> Optional[str]:
+    """The node a one-node cell is pinned to, the same for every cell that shares its baseline
+    (its ``single`` twin, any repeat), so that a curve's one-node points and their baseline are
+    measured on one node; chosen from ``nodes`` by the baseline's id, so a resumed sweep keeps
+    it. None for cells over several nodes, or without ``nodes`` to choose from."""
+    if cell.nodes > 1 or not nodes:
+        return None
+    baseline = single_twin(cell).with_changes(repeat=0).cell_id
+    return nodes[int(baseline, 16) % len(nodes)]
+
+
+def names_nodes(section: SlurmSection) -> bool:
+    """Whether the user's own sbatch arguments already say which nodes to use."""
+    return any(arg.startswith(("--nodelist", "-w")) for arg in section.extra_args)
+
+
 def sbatch_argv(script: Path, *, job_name: str, tasks: int, nodes: int, cpus_per_task: int,
-                gpus_per_node: Optional[int], section: SlurmSection, log_dir: Path) -> List[str]:
-    """``sbatch`` and its options, as a list: one array of ``tasks`` tasks."""
+                gpus_per_node: Optional[int], section: SlurmSection, log_dir: Path,
+                nodelist: Optional[str] = None) -> List[str]:
+    """``sbatch`` and its options, as a list: one array of ``tasks`` tasks (on ``nodelist``
+    where given)."""
     array = f"0-{tasks - 1}" + (f"%{section.parallel}" if section.parallel else "")
     argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--array={array}",
             f"--nodes={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus_per_task}",
@@ -68,6 +95,8 @@ def sbatch_argv(script: Path, *, job_name: str, tasks: int, nodes: int, cpus_per
             "--open-mode=append", "--requeue", *([] if section.shared else ["--exclusive"])]
     if gpus_per_node:
         argv.append(f"--gpus-per-node={gpus_per_node}")
+    if nodelist:
+        argv.append(f"--nodelist={nodelist}")
     for option in ("partition", "account", "qos", "constraint"):
         if getattr(section, option):
             argv.append(f"--{option}={getattr(section, option)}")
@@ -99,17 +128,23 @@ def note(out_dir, entry: Dict) -> None:
 def submit_cells(cells: Sequence[Cell], out_dir, section: SlurmSection, label: str,
                  pythons: Optional[Dict[str, str]] = None,
                  watch: WatchSettings = WatchSettings()) -> List[Dict]:
-    """Submit ``cells``, one array per resource group; returns the ledger entries."""
+    """Submit ``cells``, one array per resource group and pinned node (:func:`pinned_node`);
+    returns the ledger entries."""
+    candidates = [] if names_nodes(section) else controller.node_names(section.partition)
     groups: Dict[Tuple, List[Cell]] = {}
     for cell in cells:
-        groups.setdefault(resources(cell, section), []).append(cell)
+        node = pinned_node(cell, candidates)
+        groups.setdefault((node,) if node else resources(cell, section), []).append(cell)
     submitted = []
-    for (nodes, gpus, cpus), members in groups.items():
+    for key, members in groups.items():
+        nodes, gpus, cpus = widest(members, section)
+        node = key[0] if len(key) == 1 else None
         group = {"cells": [cell.to_dict() for cell in members], "pythons": pythons or {},
                  "watch": asdict(watch), "exclusive": not section.shared}
         submitted.append(submit_array(
             out_dir, label, group, {"cells": [cell.cell_id for cell in members]}, section,
-            tasks=len(members), nodes=nodes, gpus_per_node=gpus, cpus_per_task=cpus))
+            tasks=len(members), nodes=nodes, gpus_per_node=gpus, cpus_per_task=cpus,
+            nodelist=node))
     return submitted
 
 
@@ -124,7 +159,7 @@ def submit_command(argv: List[str], out_dir, section: SlurmSection, label: str,
 
 def submit_array(out_dir, label: str, group: Dict, noted: Dict, section: SlurmSection, *,
                  tasks: int, nodes: int, gpus_per_node: Optional[int],
-                 cpus_per_task: int) -> Dict:
+                 cpus_per_task: int, nodelist: Optional[str] = None) -> Dict:
     """Write ``group`` (what the array tasks run) and its batch script to ``OUT/slurm/``, note
     the submission (with ``noted``) in the ledger, ``sbatch`` it and note its job id; returns
     the ledger entry."""
@@ -144,6 +179,7 @@ def submit_array(out_dir, label: str, group: Dict, noted: Dict, section: SlurmSe
     note(out_dir, entry)
     entry["job_id"] = controller.sbatch(sbatch_argv(
         script, job_name=name, tasks=tasks, nodes=nodes, cpus_per_task=cpus_per_task,
-        gpus_per_node=gpus_per_node, section=section, log_dir=slurm_dir), name)
+        gpus_per_node=gpus_per_node, section=section, log_dir=slurm_dir, nodelist=nodelist),
+        name)
     note(out_dir, {"name": name, "job_id": entry["job_id"]})
     return entry
