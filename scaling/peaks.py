@@ -3,8 +3,8 @@ record: achieved TFLOP/s, the peak it is measured against, and MFU.
 
 ``fp32`` cells on GPUs with tensor cores for TF32 are held against the TF32 peak: cuDNN runs
 their convolutions in TF32 by default in torch and TensorFlow. On CPUs the peak is the
-measured matrix-product ceiling of one device at the cell's threads
-(:mod:`scaling.workers.compute`), since no spec peak is reachable there.
+matrix-product ceiling of one device at the cell's threads, measured on the node alone before
+the cells (:mod:`scaling.execute.ceiling`), since no spec peak is reachable there.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ GPU_PEAKS: List[Tuple[str, Dict[str, float], str]] = [
 
 
 COMPUTE_FIELDS = ("flops_per_image", "gradient_bytes", "precision", "achieved_tflops",
-                  "achieved_tflops_per_device", "matmul_ceiling_tflops", "peak_tflops",
+                  "achieved_tflops_per_device", "matmul_probe_tflops", "matmul_ceiling_tflops",
+                  "matmul_ceiling_tflops_ci95", "matmul_ceiling_source", "peak_tflops",
                   "peak_source", "mfu", "matmul_ceiling_fraction")
 """The record fields of :func:`compute_facts`: null in any record that is not an ok sweep
 cell."""
@@ -48,15 +49,32 @@ def gpu_peak(device_name: str, precision: str) -> Optional[Tuple[float, str]]:
     return None
 
 
-def compute_facts(record: Dict, reports: List[Dict],
-                  flops_per_image: Optional[float]) -> Dict:
+def ceiling_facts(record: Dict, probe: Optional[float], node_ceiling: Optional[Dict]) -> Dict:
+    """The matmul ceiling of one device with its interval and source: on CPU the node's,
+    measured alone (``node_ceiling``, from :func:`scaling.execute.ceiling.record_ceiling`);
+    on GPU the slowest rank's ``probe``."""
+    if record["device_type"] == "cpu":
+        found = node_ceiling or {}
+        return {"matmul_ceiling_tflops": found.get("tflops"),
+                "matmul_ceiling_tflops_ci95": found.get("ci95"),
+                "matmul_ceiling_source": found.get("source")}
+    return {"matmul_ceiling_tflops": probe, "matmul_ceiling_tflops_ci95": None,
+            "matmul_ceiling_source": "the slowest rank's matrix products before its warm-up"
+            if probe else None}
+
+
+def compute_facts(record: Dict, reports: List[Dict], flops_per_image: Optional[float],
+                  node_ceiling: Optional[Dict] = None) -> Dict:
     """``achieved_tflops`` (total and per device), ``peak_tflops`` per device with its
-    ``peak_source``, ``mfu``, and ``matmul_ceiling_fraction`` for an ok record."""
+    ``peak_source``, ``mfu``, the matmul ceiling and ``matmul_ceiling_fraction`` for an ok
+    record; ``node_ceiling`` is a CPU record's ceiling measured alone on its node."""
     facts = {"flops_per_image": flops_per_image,
              "gradient_bytes": reports[0].get("gradient_bytes"),
              "precision": reports[0].get("precision")}
-    ceilings = [r["matmul_ceiling_tflops"] for r in reports if r.get("matmul_ceiling_tflops")]
-    ceiling = min(ceilings) if ceilings else None
+    probes = [r["matmul_probe_tflops"] for r in reports if r.get("matmul_probe_tflops")]
+    probe = min(probes) if probes else None
+    facts.update(matmul_probe_tflops=probe, **ceiling_facts(record, probe, node_ceiling))
+    ceiling = facts["matmul_ceiling_tflops"]
     achieved = (flops_per_image * record["images_per_sec"] / 1e12 if flops_per_image
                 else None)
     per_device = achieved / record["total_devices"] if achieved is not None else None
@@ -65,12 +83,10 @@ def compute_facts(record: Dict, reports: List[Dict],
         found = gpu_peak(record["device_name"] or "", facts["precision"])
         peak, source = found if found else (None, None)
     elif ceiling:
-        peak = ceiling
-        source = (f"measured {facts['precision']} matrix-product ceiling of one device at "
-                  f"{record['threads_per_device']} threads")
+        peak, source = ceiling, facts["matmul_ceiling_source"]
     facts.update(
         achieved_tflops=achieved, achieved_tflops_per_device=per_device,
-        matmul_ceiling_tflops=ceiling, peak_tflops=peak, peak_source=source,
+        peak_tflops=peak, peak_source=source,
         mfu=per_device / peak if per_device is not None and peak else None,
         matmul_ceiling_fraction=per_device / ceiling if per_device is not None and ceiling
         else None)

@@ -70,9 +70,9 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "gradient_bytes": "bytes of the gradients the process aggregates per step and replica "
                       "(null in forward mode)",
     "precision": "fp32, bf16 or fp16: the precision of the cell's compute",
-    "matmul_ceiling_tflops": "TFLOP/s of the best square matrix product on one device at the "
-                             "cell's threads, over at least 0.25 s of products, before the "
-                             "warm-up",
+    "matmul_probe_tflops": "TFLOP/s of the best square matrix product on one device at the "
+                           "cell's threads, over at least 0.25 s of products, before the "
+                           "warm-up, while the cell's other ranks probe too",
     "gradient_allreduce": "after the window of a data-parallel sweep cell over more than one "
                           "device with a backward pass: the allreduce of gradient_bytes through "
                           "the cell's own collective, {bytes, iterations_per_chunk, "
@@ -174,11 +174,19 @@ RECORD_FIELDS: Dict[str, str] = {
     "precision": "fp32, bf16 or fp16",
     "achieved_tflops": "flops_per_image x images_per_sec / 10^12",
     "achieved_tflops_per_device": "achieved_tflops / total_devices",
-    "matmul_ceiling_tflops": "the measured matrix-product ceiling of one device at the cell's "
-                             "threads and precision (the slowest rank's)",
+    "matmul_probe_tflops": "the slowest rank's probe of the matrix-product speed before its "
+                           "warm-up, all ranks at once: a sentinel of the machine's speed, not "
+                           "what mfu divides by",
+    "matmul_ceiling_tflops": "the matrix-product ceiling of one device at the cell's threads "
+                             "and precision: on CPU the median of the node's repeats, measured "
+                             "alone before the cells (ceilings.jsonl; the mean over the nodes "
+                             "of a multi-node cell); on GPU matmul_probe_tflops",
+    "matmul_ceiling_tflops_ci95": "[low, high]: its 95% interval on CPU (order statistics of "
+                                  "the median of the repeats)",
+    "matmul_ceiling_source": "how and where matmul_ceiling_tflops was measured",
     "peak_tflops": "the peak of one device that mfu divides by: a GPU's dense peak for the "
                    "precision (fp32 on TF32 tensor cores where the GPU has them), or on CPU "
-                   "the measured matmul ceiling",
+                   "matmul_ceiling_tflops",
     "peak_source": "where peak_tflops comes from",
     "mfu": "achieved_tflops_per_device / peak_tflops",
     "matmul_ceiling_fraction": "achieved_tflops_per_device / matmul_ceiling_tflops",
@@ -316,7 +324,7 @@ CSV_COLUMNS = [
     "local_step_communicating_s", "images_per_joule",
     "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
     "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",
-    "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source",
+    "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source", "matmul_probe_tflops",
     "noisy", "noise", "noise_cores", "telemetry", "step_breakdown", "error",
     "steps", "warmup", "threads_per_device", "threads_default", "memory_limit", "options", "device_name",
     "versions", "host", "hosts", "harness_version", "started_at",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -13,6 +15,7 @@ import pytest
 
 from slurmcluster import wait_until  # noqa: F401  (the tests' one wait on a condition)
 
+from scaling.execute.ceiling import CEILINGS_ENV
 from scaling.execute.processes import TOKEN_ENV
 
 
@@ -186,3 +189,14 @@ class FileTimes:
 def pytest_configure(config):
     if config.getoption("record_file_times") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(FileTimes())
+    if not hasattr(config, "workerinput") and CEILINGS_ENV not in os.environ:
+        # One CPU matmul ceiling per key for the whole run, shared by the pytest processes
+        # (started after this), rather than one per output folder.
+        config.shared_ceilings = Path(tempfile.mkdtemp(prefix="scaling-ceilings-"))
+        os.environ[CEILINGS_ENV] = str(config.shared_ceilings / "ceilings.jsonl")
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "shared_ceilings"):
+        shutil.rmtree(config.shared_ceilings, ignore_errors=True)
+        del os.environ[CEILINGS_ENV]

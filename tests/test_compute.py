@@ -3,9 +3,17 @@ ceiling, achieved TFLOP/s and MFU against the right peak."""
 
 from __future__ import annotations
 
-import pytest
-from conftest import fresh_process_value, read_records, scaling_cli_ok
+import json
+import os
+import statistics
 
+import pytest
+from conftest import fresh_process_value, read_records, scaling_cli_ok, write_sweep
+
+from scaling.execute.ceiling import (CEILINGS_ENV, CEILINGS_FILE, REPEATS, ceiling_key,
+                                     record_ceiling)
+from scaling.execute.store import locked_append
+from scaling.hardware import cpu_cores
 from scaling.peaks import compute_facts, gpu_peak
 from scaling.workers.compute import torch_flops_per_image
 from workloads import get_workload
@@ -109,9 +117,86 @@ def test_mfu_of_a_gpu_record_divides_by_the_tables_peak():
     record = {"images_per_sec": 3000.0, "total_devices": 1, "device_type": "gpu",
               "device_name": "NVIDIA H100 80GB HBM3", "threads_per_device": 1}
     reports = [{"gradient_bytes": 102_228_128, "precision": "bf16",
-                "matmul_ceiling_tflops": 700.0}]
+                "matmul_probe_tflops": 700.0}]
     facts = compute_facts(record, reports, 24.3e9)
     assert facts["achieved_tflops"] == pytest.approx(72.9)
     assert facts["peak_tflops"] == 989.4
     assert facts["mfu"] == pytest.approx(72.9 / 989.4)
     assert facts["matmul_ceiling_fraction"] == pytest.approx(72.9 / 700.0)
+
+
+@pytest.fixture(scope="module")
+def shared_cores_curve(tmp_path_factory):
+    """torchrun at 1 and 2 CPU devices of all the cores each, in one folder that keeps its own
+    ceilings: the 2 devices share the cores, so each runs slower than the one alone. Returns
+    the folder, the sweep's output and the records by device count."""
+    tmp = tmp_path_factory.mktemp("ceiling")
+    env = {name: value for name, value in os.environ.items() if name != CEILINGS_ENV}
+    sweep = write_sweep(tmp / "sweep.yaml", devices=[1, 2], threads_per_device=cpu_cores(),
+                        allow_oversubscribe=True, image_size=32, batch_sizes=[8])
+    result = scaling_cli_ok("sweep", sweep, "--out", tmp / "out", env=env)
+    return tmp / "out", result, {r["devices"]: r for r in read_records(tmp / "out")}
+
+
+@pytest.mark.slow
+def test_mfu_falls_with_the_per_device_throughput_against_one_ceiling(shared_cores_curve):
+    _, _, records = shared_cores_curve
+    one, two = records[1], records[2]
+    assert two["achieved_tflops_per_device"] < one["achieved_tflops_per_device"]
+    assert two["mfu"] < one["mfu"]
+    assert two["mfu"] / one["mfu"] == pytest.approx(
+        two["achieved_tflops_per_device"] / one["achieved_tflops_per_device"], rel=1e-9)
+    assert one["peak_tflops"] == one["matmul_ceiling_tflops"] == two["matmul_ceiling_tflops"]
+    # Each rank's probe stays, apart from the ceiling: a sentinel of the machine's speed.
+    assert one["matmul_probe_tflops"] > 0 and two["matmul_probe_tflops"] > 0
+
+
+@pytest.mark.slow
+def test_the_ceiling_is_measured_once_alone_before_the_cells(shared_cores_curve):
+    out, result, records = shared_cores_curve
+    [entry] = [json.loads(line) for line in (out / CEILINGS_FILE).read_text().splitlines()]
+    assert {k: entry[k] for k in ("host", "framework", "device_type", "threads_per_device",
+                                  "dtype")} == {
+        "host": records[1]["host"], "framework": "torch", "device_type": "cpu",
+        "threads_per_device": cpu_cores(), "dtype": "float32"}
+    assert len(entry["tflops_all"]) == REPEATS
+    assert entry["tflops"] == statistics.median(entry["tflops_all"])
+    assert entry["tflops_ci95"] == [min(entry["tflops_all"]), max(entry["tflops_all"])]
+    assert all(entry["measured_at"] <= record["started_at"] for record in records.values())
+    assert result.stdout.count("matmul ceiling of one CPU device") == 1
+    for record in records.values():
+        assert record["matmul_ceiling_tflops"] == entry["tflops"]
+        assert record["matmul_ceiling_tflops_ci95"] == entry["tflops_ci95"]
+        assert record["matmul_ceiling_source"].startswith(
+            f"measured fp32 matrix-product ceiling of one device at {cpu_cores()} threads, "
+            f"alone before the cells on {entry['host']}")
+
+
+def test_cpu_mfu_divides_by_the_nodes_ceiling_not_the_ranks_probe():
+    record = {"images_per_sec": 40.0, "total_devices": 2, "device_type": "cpu",
+              "device_name": "cpu", "threads_per_device": 1, "framework": "torch",
+              "hosts": ["a", "b"], "host": "a"}
+    reports = [{"precision": "fp32", "matmul_probe_tflops": probe} for probe in (0.03, 0.02)]
+    ceiling = {"tflops": 0.05, "ci95": [0.04, 0.06], "source": "measured alone"}
+    facts = compute_facts(record, reports, 1e9, ceiling)
+    assert facts["matmul_probe_tflops"] == 0.02
+    assert (facts["peak_tflops"], facts["matmul_ceiling_tflops_ci95"]) == (0.05, [0.04, 0.06])
+    assert facts["mfu"] == facts["matmul_ceiling_fraction"] == pytest.approx(0.02 / 0.05)
+    assert compute_facts(record, reports, 1e9)["mfu"] is None  # no ceiling measured alone
+
+
+def test_a_record_over_two_nodes_divides_by_the_mean_of_their_ceilings(tmp_path, monkeypatch):
+    monkeypatch.delenv(CEILINGS_ENV, raising=False)
+    for host, tflops in (("a", 0.04), ("b", 0.06), ("c", 1.0)):
+        locked_append(tmp_path / CEILINGS_FILE, {
+            **ceiling_key("torch", 2, "fp32", host), "tflops": tflops,
+            "tflops_ci95": [tflops - 0.01, tflops + 0.01], "tflops_all": [tflops] * REPEATS,
+            "measured_at": "2025-01-01T00:00:00+00:00", "measure_s": 3.0})
+    record = {"device_type": "cpu", "framework": "torch", "threads_per_device": 2,
+              "hosts": ["a", "b"], "host": "a"}
+    ceiling = record_ceiling(tmp_path, record, "fp32")
+    assert ceiling["tflops"] == pytest.approx(0.05)
+    assert ceiling["ci95"] == pytest.approx([0.04, 0.06])
+    assert "on 2 nodes (a, b)" in ceiling["source"]
+    assert record_ceiling(tmp_path, record, "bf16") is None  # measured at fp32 only
+    assert record_ceiling(tmp_path, {**record, "device_type": "gpu"}, "fp32") is None

@@ -12,6 +12,7 @@ import click
 from scaling.cell import Cell
 from scaling.cli.output import console, print_max_batches
 from scaling.errors import ScalingError
+from scaling.execute.ceiling import describe_ceiling, ensure_cells_ceilings
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.runner import pending_cells, run_cells
 from scaling.execute.store import ResultStore
@@ -60,12 +61,20 @@ def register_backend(cls):
     return cls
 
 
+def measure_ceilings(out_dir, cells: List[Cell], pythons: Dict[str, str]) -> None:
+    """The CPU matmul ceilings that ``cells`` divide by, measured on this machine before they
+    run where the folder has none, each said on the console."""
+    for entry in ensure_cells_ceilings(out_dir, cells, pythons):
+        console.print(describe_ceiling(entry))
+
+
 @register_backend
 class Local(Backend):
     name = "local"
     help = "local: run here, one cell after another"
 
     def run(self, cell, out_dir, pythons, watch, placement, slurm, wait) -> Optional[Dict]:
+        measure_ceilings(out_dir, [cell], pythons)
         [record] = run_cells([cell], out_dir, pythons, placement=placement, watch=watch)
         return record
 
@@ -83,6 +92,7 @@ class Local(Backend):
         todo = pending_cells(cells, out_dir)
         console.print(f"{spec.name}: {len(cells)} cells, {len(cells) - len(todo)} already "
                       f"recorded, output in {out_dir}")
+        measure_ceilings(out_dir, todo, interpreters(spec))
         run_cells(todo, out_dir, interpreters(spec), watch=watch)
         return cells
 

@@ -14,8 +14,6 @@ import datetime
 import hashlib
 import json
 import statistics
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -23,7 +21,7 @@ import psutil
 
 from scaling import hardware
 from scaling.errors import InfrastructureError, ScalingError
-from scaling.execute.processes import worker_env
+from scaling.execute.processes import WorkerFailed, run_json_worker, worker_env
 from scaling.execute.run import provenance
 from scaling.execute.store import ResultStore
 from scaling.frameworks import get_framework, missing_framework
@@ -69,23 +67,13 @@ def run_worker(framework: str, device_type: str, sizes: List[int], dtype: str,
     missing = missing_framework(framework, python)
     if missing:
         raise InfrastructureError(missing)
-    with tempfile.TemporaryDirectory() as scratch:
-        spec, out = Path(scratch) / "spec.json", Path(scratch) / "out.json"
-        spec.write_text(json.dumps({"framework": framework, "device_type": device_type,
-                                    "sizes": sizes, "dtype": dtype, "repeats": repeats}))
-        env = worker_env({"TF_CPP_MIN_LOG_LEVEL": "2"}, get_framework(framework).env)
-        try:
-            done = subprocess.run([python, "-m", "scaling.workers.matmul_worker", str(spec),
-                                   str(out)], env=env, capture_output=True, text=True,
-                                  timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return [{"n": n, "status": "timeout", "error": f"no result within {timeout_s:g} s"}
-                    for n in sizes]
-        if done.returncode != 0 or not out.exists():
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            return [{"n": n, "status": "crashed",
-                     "error": f"worker exit code {done.returncode}: {last}"} for n in sizes]
-        return json.loads(out.read_text())
+    spec = {"framework": framework, "device_type": device_type, "sizes": sizes,
+            "dtype": dtype, "repeats": repeats}
+    env = worker_env({"TF_CPP_MIN_LOG_LEVEL": "2"}, get_framework(framework).env)
+    try:
+        return run_json_worker(python, "scaling.workers.matmul_worker", spec, env, timeout_s)
+    except WorkerFailed as failed:
+        return [{"n": n, "status": failed.status, "error": str(failed)} for n in sizes]
 
 
 def record_of(framework: str, device_type: str, dtype: str, repeats: int, row: Dict) -> Dict:

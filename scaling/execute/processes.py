@@ -7,11 +7,14 @@ workers in new sessions, so the token, not the process group, is how the whole t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -82,3 +85,29 @@ def run_process_tree(
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return returncode, timed_out, time.monotonic() - started
+
+
+class WorkerFailed(Exception):
+    """A worker that wrote no result: its ``status`` (``timeout`` or ``crashed``) and why."""
+
+    def __init__(self, status: str, error: str):
+        super().__init__(error)
+        self.status = status
+
+
+def run_json_worker(python: str, module: str, spec: Dict, env: Dict[str, str],
+                    timeout_s: float) -> Any:
+    """``python -m MODULE SPEC OUT`` in a scratch folder: ``spec`` goes in as JSON, and what
+    the process wrote to OUT comes back; :class:`WorkerFailed` when it wrote nothing."""
+    with tempfile.TemporaryDirectory() as scratch:
+        spec_path, out = Path(scratch) / "spec.json", Path(scratch) / "out.json"
+        spec_path.write_text(json.dumps(spec))
+        try:
+            done = subprocess.run([python, "-m", module, str(spec_path), str(out)], env=env,
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise WorkerFailed("timeout", f"no result within {timeout_s:g} s") from None
+        if done.returncode != 0 or not out.exists():
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise WorkerFailed("crashed", f"worker exit code {done.returncode}: {last}")
+        return json.loads(out.read_text())

@@ -19,6 +19,7 @@ import scaling
 from scaling import hardware
 from scaling.cell import Cell
 from scaling.execute.aggregate import summarize
+from scaling.execute.ceiling import ensure_cell_ceiling, record_ceiling
 from scaling.execute.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings, gpu_indices,
                                      other_cores, summarize_watch, wait_for_quiet,
                                      window_on_this_host)
@@ -92,6 +93,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     if missing is not None:
         return make_record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
                        started_at, 0.0, token=None)
+    ensure_cell_ceiling(out_dir, cell, python)
     argv = launcher.command(cell, placement, str(cell_dir), python)
     env = worker_env(framework.env, launcher.env(cell, placement), memory_cap_env(cell),
                      extra_env or {})
@@ -193,7 +195,9 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "process_token": token,
     }
     if record["status"] == "ok" and cell.purpose == "sweep":
-        record.update(compute_facts(record, reports, flops_per_image(cell, first)))
+        record.update(compute_facts(record, reports, flops_per_image(cell, first),
+                                    record_ceiling(cell_dir.parent.parent, record,
+                                                   first.get("precision"))))
     write_json_atomically(cell_dir / "record.json", record)
     return record
 

@@ -1,6 +1,8 @@
 """Compute facts a worker measures before its warm-up, outside the timed window: the FLOPs of one
-image in the cell's mode, counted by the framework's own counter, and the matrix-product
-ceiling of one device at the cell's threads.
+image in the cell's mode, counted by the framework's own counter, and a probe of the
+matrix-product speed of one device at the cell's threads (beside the other ranks' probes: a
+sentinel of the machine's speed; on CPU, ``mfu`` divides by the node's ceiling measured alone,
+``scaling.execute.ceiling``).
 
 FLOPs count a multiply-add as two. ``forward`` counts the forward pass; ``forward_backward``
 and ``train`` count forward and backward (the counters see convolutions and matrix products,
@@ -15,6 +17,8 @@ from typing import Dict, Optional
 
 from scaling.workers.matmul_worker import KERNELS
 
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+"""The matrix dtype of each precision."""
 CEILING_N = {"cpu": 1024, "gpu": 8192}
 """Side of the matrices of the ceiling's product on each device type."""
 CEILING_REPEATS = 3
@@ -85,13 +89,12 @@ def compute_report(cell: Dict, precision: str, flops_per_image, gradient_bytes: 
                    devices_sharing: int = 1) -> Dict:
     """The rank report's compute facts: ``flops_per_image`` is a function, called once (None
     where the framework has no counter of its own), and ``devices_sharing`` the devices whose
-    threads the product's pool holds (its ceiling is divided among them). Max-batch trials
+    threads the probe's pool holds (its figure is divided among them). Max-batch trials
     leave them out: they would spend memory near the cap and time on every trial."""
     if cell["purpose"] == "maxbatch":
         return {}
-    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
-    ceiling = matmul_ceiling_tflops(cell["framework"], cell["device_type"], dtype)
+    probe = matmul_ceiling_tflops(cell["framework"], cell["device_type"], DTYPES[precision])
     return {"flops_per_image": flops_per_image() if flops_per_image else None,
             "gradient_bytes": None if cell["mode"] == "forward" else gradient_bytes,
             "precision": precision,
-            "matmul_ceiling_tflops": ceiling / devices_sharing if ceiling else None}
+            "matmul_probe_tflops": probe / devices_sharing if probe else None}
