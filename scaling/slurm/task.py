@@ -4,8 +4,11 @@ run (the same launchers, workers and record).
 ``srun`` starts this once per node. Each node builds the placement from Slurm's environment:
 the nodes' addresses (``NodeAddr``) in node order, this node's rank (``SLURM_NODEID``) and a
 rendezvous on the first node, on a port fixed by the job and task ids, so every node computes
-the same one and no random choice is involved. Node 0 makes the record, adds the job's
-provenance (each node's facts, written to ``cells/CELL/nodeN.json``) and appends it once: a
+the same one and no random choice is involved. Before its ranks start, each node measures its
+own CPU matmul ceiling where the folder has none for the cell's key
+(``scaling.execute.ceiling``, under a per-host lock: concurrent tasks on one node measure
+once). Node 0 makes the record, adds the job's provenance (each node's facts, written to
+``cells/CELL/nodeN.json``) and appends it once: a
 requeued task whose cell is already recorded does nothing. Node 0 also looks for other jobs on
 the task's nodes before and after the cell (none, unless it was submitted ``--shared``): any
 marks the record noisy, beside what the CPU watch saw.
