@@ -4,15 +4,16 @@ with no data-parallel wrapper, and curves measured against it where it ran."""
 from __future__ import annotations
 
 import csv
+import statistics
 
 import pytest
-from conftest import read_records, recorded_cell, scaling_cli_ok, write_sweep
+from conftest import read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_sweep
 
 from scaling.cell import make_cell
 from scaling.errors import ScalingError
 from scaling.hardware import cpu_cores
 from scaling.launchers import launchers_of
-from scaling.report.tables import with_scaling
+from scaling.report.tables import series_key, with_scaling
 from scaling.sweep import expand, parse_sweep
 
 TINY = ("--workload", "cifar10", "--batch-size", 4, "--image-size", 16, "--steps", 2,
@@ -106,22 +107,31 @@ def test_a_cpu_device_is_the_same_unit_at_every_point_of_a_curve():
 
 @pytest.mark.slow
 def test_a_cpu_sweep_measures_each_curve_against_single_with_one_device_unit(tmp_path):
-    """devices [1, 2] naming no threads: every cell gets the cores over 2, the CSV names the
-    baseline and what going parallel costs, and both reports show that cost per launcher."""
+    """devices [1, 2] naming no threads: every cell gets the cores over 2, the single cell runs
+    before and after the curve, the CSV names the baseline, how far it drifted and what going
+    parallel costs, and both reports show that cost per launcher."""
     out = tmp_path / "out"
     result = scaling_cli_ok("sweep", write_sweep(tmp_path / "sweep.yaml", devices=[1, 2],
                                                  single_baseline=True), "--out", out, "--html")
     records = read_records(out)
-    assert sorted((r["launcher"], r["devices"]) for r in records) == [
-        ("single", 1), ("torchrun", 1), ("torchrun", 2)]
+    assert [(r["launcher"], r["devices"], r["repeat"]) for r in records] == [
+        ("single", 1, 0), ("torchrun", 1, 0), ("torchrun", 2, 0), ("single", 1, 1)]
     assert {(r["threads_per_device"], r["threads_default"]) for r in records} == {
         (max(1, cpu_cores() // 2), True)}
     with open(out / "results.csv") as table:
-        rows = {(row["launcher"], row["devices"]): row for row in csv.DictReader(table)}
-    single = rows["single", "1"]
+        rows = {(row["launcher"], row["devices"], row["repeat"]): row
+                for row in csv.DictReader(table)}
+    singles = [float(rows["single", "1", repeat]["images_per_sec"]) for repeat in "01"]
+    single = {"images_per_sec": statistics.median(singles), "local_step_s": statistics.median(
+        float(rows["single", "1", repeat]["local_step_s"]) for repeat in "01")}
+    rows = {key[:2]: row for key, row in rows.items() if key[0] != "single"}
     for key in (("torchrun", "1"), ("torchrun", "2")):
         assert rows[key]["baseline_launcher"] == "single"
-        assert float(rows[key]["baseline_images_per_sec"]) == float(single["images_per_sec"])
+        assert float(rows[key]["baseline_images_per_sec"]) == single["images_per_sec"]
+        assert float(rows[key]["baseline_drift"]) == pytest.approx(
+            (max(singles) - min(singles)) / statistics.median(singles))
+        assert rows[key]["baseline_measurements"] == "2"
+        assert float(rows[key]["baseline_gap_s"]) >= 0
     # The scaling model: the two-device cell timed its own gradient allreduce after its
     # window, and the CSV sets the prediction beside the measurement.
     [two] = [r for r in records if r["devices"] == 2]
@@ -131,7 +141,7 @@ def test_a_cpu_sweep_measures_each_curve_against_single_with_one_device_unit(tmp
     # at once, against the single cell's alone.
     assert two["local_step_s"] > 0 and single["local_step_s"]
     assert float(rows["torchrun", "2"]["contention_s"]) == pytest.approx(
-        two["local_step_s"] - float(single["local_step_s"]))
+        two["local_step_s"] - single["local_step_s"])
     predicted = float(rows["torchrun", "2"]["predicted_images_per_sec"])
     assert float(rows["torchrun", "2"]["prediction_ratio"]) == pytest.approx(
         float(rows["torchrun", "2"]["images_per_sec"]) / predicted)
@@ -145,3 +155,37 @@ def test_a_cpu_sweep_measures_each_curve_against_single_with_one_device_unit(tmp
     assert f"{overhead:+.1%}" in result.stdout
     html = (out / "report.html").read_text()
     assert '<table class="overheads">' in html and f"{overhead:+.1%}" in html
+
+
+def test_points_of_different_device_units_never_join_one_curve():
+    """Default threads from two sweeps of different largest device counts (1 x 2 threads,
+    then 2 x 1 thread): two curves, and the 2-device point is not measured against the other
+    unit's one-device point."""
+    one = {**recorded_cell(1, 100.0), "device_type": "cpu", "threads_per_device": 2,
+           "threads_default": True}
+    two = {**recorded_cell(2, 120.0), "device_type": "cpu", "threads_per_device": 1,
+           "threads_default": True}
+    rows = with_scaling([one, two])
+    assert len({series_key(row) for row in rows}) == 2
+    [point] = [row for row in rows if row["devices"] == 2]
+    assert point["speedup"] is None
+
+
+@pytest.mark.slow
+def test_a_run_into_a_folder_takes_its_curve_unit_or_is_refused(out_dir):
+    """1 device by default (every core: 2 threads on 2 cores), then 2 devices by default: the
+    folder's unit would need twice the cores, so the run is refused naming it; 2 devices of
+    half the cores each, given explicitly, run, and the report keeps two curves."""
+    cores = cpu_cores()
+    scaling_cli_ok("run", *TINY, "--devices", 1, "--out", out_dir)
+    refused = scaling_cli("run", *TINY, "--devices", 2, "--out", out_dir)
+    assert refused.returncode == 2
+    [line] = refused.stderr.splitlines()
+    assert f"measures this curve with CPU devices of {cores} thread(s) each" in line
+    scaling_cli_ok("run", *TINY, "--devices", 2, "--threads-per-device", cores // 2,
+                   "--out", out_dir)
+    rows = with_scaling(read_records(out_dir))
+    assert sorted((row["devices"], row["threads_per_device"]) for row in rows) == [
+        (1, cores), (2, cores // 2)]
+    assert len({series_key(row) for row in rows}) == 2
+    assert [row["speedup"] for row in rows if row["devices"] == 2] == [None]
