@@ -8,10 +8,10 @@ the same one and no random choice is involved. Before its ranks start, each node
 own CPU matmul ceiling where the folder has none for the cell's key
 (``scaling.execute.ceiling``, under a per-host lock: concurrent tasks on one node measure
 once). Node 0 makes the record, adds the job's provenance (each node's facts, written to
-``cells/CELL/nodeN.json``) and appends it once: a
-requeued task whose cell is already recorded does nothing. Node 0 also looks for other jobs on
-the task's nodes before and after the cell (none, unless it was submitted ``--shared``): any
-marks the record noisy, beside what the CPU watch saw.
+``cells/CELL/nodeN.json``) and appends it once: a requeued task whose cell is already recorded
+does nothing. Node 0 also looks for other jobs on the task's nodes before and after the cell
+(none, unless it was submitted ``--shared``): any marks the record noisy, beside what the CPU
+watch saw.
 """
 
 from __future__ import annotations
