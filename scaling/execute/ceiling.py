@@ -151,7 +151,8 @@ def describe_ceiling(entry: Dict) -> str:
     low, high = entry["tflops_ci95"] or (None, None)
     interval = f" [{low:.4g}, {high:.4g}]" if low is not None else ""
     return (f"matmul ceiling of one CPU device, {describe_key(entry)}: "
-            f"{entry['tflops']:.4g} TFLOP/s{interval}, measured alone in {entry['measure_s']:.1f} s")
+            f"{entry['tflops']:.4g} TFLOP/s{interval}, measured alone in "
+            f"{entry['measure_s']:.1f} s")
 
 
 def record_ceiling(out_dir, record: Dict, precision: Optional[str]) -> Optional[Dict]:
