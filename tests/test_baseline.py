@@ -13,7 +13,7 @@ from scaling.cell import make_cell
 from scaling.errors import ScalingError
 from scaling.hardware import cpu_cores
 from scaling.launchers import launchers_of
-from scaling.report.tables import series_key, with_scaling
+from scaling.report.tables import scaling_tables, series_key, with_scaling
 from scaling.sweep import expand, parse_sweep
 
 TINY = ("--workload", "cifar10", "--batch-size", 4, "--image-size", 16, "--steps", 2,
@@ -189,3 +189,39 @@ def test_a_run_into_a_folder_takes_its_curve_unit_or_is_refused(out_dir):
         (1, cores), (2, cores // 2)]
     assert len({series_key(row) for row in rows}) == 2
     assert [row["speedup"] for row in rows if row["devices"] == 2] == [None]
+
+
+def windowed(record: dict, half_width: float) -> dict:
+    """``record`` with a window interval of +- ``half_width`` of its figure."""
+    ips = record["images_per_sec"]
+    return {**record, "images_per_sec_ci95": [ips * (1 - half_width), ips * (1 + half_width)]}
+
+
+def test_a_launcher_at_one_device_has_speedup_bounds_against_single():
+    rows = with_scaling([windowed(recorded_cell(1, 100.0, launcher="single"), 0.02),
+                         windowed(recorded_cell(1, 94.0), 0.02)])
+    [own] = [row for row in rows if row["launcher"] == "torchrun"]
+    assert own["speedup"] == pytest.approx(0.94)
+    assert own["speedup_low"] < 0.94 < own["speedup_high"]
+    assert own["efficiency_low"] == own["speedup_low"]
+
+
+def test_a_point_whose_baseline_moved_more_than_its_interval_is_marked_drifted():
+    """The single cell measured at 100 and 120 images/sec (18% drift around its median 110):
+    a point with a 4%-wide interval is drifted, and the speedup's interval is wider than the
+    drift."""
+    singles = [{**windowed(recorded_cell(1, ips, launcher="single", repeat=repeat), 0.02),
+                "started_at": f"2026-01-01T00:0{2 * repeat}:00+00:00"}
+               for repeat, ips in enumerate((100.0, 120.0))]
+    point = {**windowed(recorded_cell(2, 200.0), 0.02),
+             "started_at": "2026-01-01T00:01:30+00:00"}
+    rows = with_scaling([*singles, point])
+    [two] = [row for row in rows if row["devices"] == 2]
+    assert two["baseline_measurements"] == 2
+    assert two["baseline_drift"] == pytest.approx(20 / 110)
+    assert two["baseline_gap_s"] == 30.0
+    assert two["drifted"].startswith("the baseline moved 18% between its 2 measurements")
+    assert (two["speedup_high"] - two["speedup_low"]) / two["speedup"] > two["baseline_drift"]
+    assert all(row["drifted"] is None for row in rows if row["launcher"] == "single")
+    [table] = scaling_tables(rows)
+    assert "~ " in table.caption and "the baseline moved 18%" in table.caption
