@@ -1,14 +1,19 @@
-"""The scaling model against measurement: 2-device cells predicted from their single cell and
-their own gradient allreduce.
+"""The scaling model against measurement: 2-device cells predicted from their single cell, the
+launcher's own 1-device cell and their own measured terms, and a 4-device curve's largest point
+predicted from its smaller ones (the leave-one-out check).
 
-For each launcher (torch torchrun and horovod, tensorflow tf-multiworker), each run measures
-the ``single`` cell and the launcher's 2-device cell (CPU, 1 thread per device, profiled so
-that the overlap is measured), alternating the two within the run, and applies the report's
-model (``scaling.report.model``) to them, with the contention timed in both cells and, for
-comparison, without it. Then the same for a torchrun cell over two nodes of
-a private Slurm cluster on this machine (one device per node), submitted as a sweep with its
-single cell. Reports each run's measured / predicted ratio, their median and the t interval of
-their mean; the target is within 10% (0.9 to 1.1).
+For each launcher (torch torchrun and horovod, tensorflow tf-multiworker, jax's jax launcher),
+each run measures the ``single`` cell, the launcher's 1-device cell and its 2-device cell (CPU,
+1 thread per device, the launcher's cells profiled so that the overlap is measured), in an
+order that reverses every other run, and applies the report's model
+(``scaling.report.model``) to them; for comparison, also without each of its measured terms
+(the launcher's own cost, the contention, the communication beside the compute). Then the
+same for torchrun over two nodes of a private Slurm cluster on this machine (one device per
+node), submitted as a sweep with its single cell and its 1-node 1-device cell. Then a torchrun
+curve at 1, 2 and 4 devices of 1 thread (oversubscribed beyond the cores), whose 4-device point
+is predicted from the others alone (``prediction_error``). Reports each run's measured /
+predicted ratio, their median and the t interval of their mean; the target is within 10%
+(0.9 to 1.1).
 
     python bench/scaling_model.py --runs 3 --output bench/results/scaling_model.json
 """
@@ -33,76 +38,128 @@ from scaling.uncertainty import repeats_interval
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from slurmcluster import SlurmCluster  # noqa: E402  (a test helper, found through tests/)
 
-LAUNCHERS = (("torch", "torchrun"), ("torch", "horovod"), ("tensorflow", "tf-multiworker"))
+LAUNCHERS = (("torch", "torchrun"), ("torch", "horovod"), ("tensorflow", "tf-multiworker"),
+             ("jax", "jax"))
 SHAPE = {"workload": "resnet50", "image_size": 64, "batch_size": 8, "steps": 12, "warmup": 3}
+FIELDS = ("images_per_sec", "images_per_sec_ci95", "baseline_images_per_sec",
+          "allreduce_time_s", "gradient_bytes", "step_breakdown", "local_step_s",
+          "local_step_s_ci95", "baseline_local_step_s", "local_step_communicating_s",
+          "parallel_overhead", "launcher_s", "launcher_s_low", "launcher_s_high",
+          "contention_s", "contention_s_low", "contention_s_high", "interference_s",
+          "interference_s_low", "interference_s_high", "predicted_images_per_sec",
+          "predicted_images_per_sec_low", "predicted_images_per_sec_high",
+          "prediction_ratio", "loss_term", "prediction_error", "prediction_error_low",
+          "prediction_error_high", "prediction_error_from")
+WITHOUT = {"contention": {"local_step_s": None},
+           "communication beside compute": {"local_step_communicating_s": None}}
+"""The model's measured terms left out, for comparison: the record fields that drop each (the
+launcher's own cost drops with the launcher's 1-device record)."""
 
 
 def one_run(framework: str, launcher: str, repeat: int, scratch: Path) -> dict:
-    """The single cell and the 2-device cell, in an order that alternates with ``repeat``,
-    and the model's fields for the 2-device cell."""
+    """The single cell, the launcher's 1-device cell and its 2-device cell, in an order that
+    reverses with ``repeat``, and the model's fields for the 2-device cell."""
     python = default_python(framework, launcher)
-    sides = [("single", 1), (launcher, 2)]
+    sides = [("single", 1), (launcher, 1), (launcher, 2)]
     records = [harness_record(scratch / f"{framework}-{launcher}-{repeat}", framework=framework,
                               launcher=name, devices=devices, threads_per_device=1,
                               repeat=repeat, profile=name != "single", python=python,
                               **SHAPE)
                for name, devices in (sides if repeat % 2 == 0 else sides[::-1])]
-    return model_fields(records)
+    return model_fields(records, lambda row: row["total_devices"] == 2)
 
 
-def model_fields(records) -> dict:
-    """The model's inputs and fields for the 2-device record of ``records``, and its ratio
-    had the contention not been timed."""
-    [two] = [row for row in with_predictions(with_scaling(records))
-             if row["total_devices"] == 2]
-    untimed = [{**record, "local_step_s": None} for record in records]
-    [blind] = [row for row in with_predictions(with_scaling(untimed))
-               if row["total_devices"] == 2]
-    return {**{key: two[key] for key in (
-        "images_per_sec", "baseline_images_per_sec", "allreduce_time_s", "gradient_bytes",
-        "step_breakdown", "local_step_s", "baseline_local_step_s", "contention_s",
-        "predicted_images_per_sec", "predicted_images_per_sec_low",
-        "predicted_images_per_sec_high", "prediction_ratio", "loss_term")},
-        "prediction_ratio_without_contention": blind["prediction_ratio"]}
+def model_fields(records, chosen) -> dict:
+    """The model's inputs and fields for the record that ``chosen`` picks, and its ratio with
+    each measured term left out."""
+    [row] = [row for row in with_predictions(with_scaling(records)) if chosen(row)]
+    without = {name: [{**record, **fields} for record in records]
+               for name, fields in WITHOUT.items()}
+    without["the launcher"] = [record for record in records
+                               if record["devices"] * record["nodes"] > 1
+                               or record["launcher"] == "single"]
+    ratios = {}
+    for name, changed in without.items():
+        [other] = [r for r in with_predictions(with_scaling(changed)) if chosen(r)]
+        ratios[name] = other["prediction_ratio"]
+    return {**{key: row.get(key) for key in FIELDS}, "prediction_ratio_without": ratios}
 
 
 def two_node_runs(runs: int, scratch: Path) -> list:
-    """Each run: a sweep of the single cell and a torchrun cell over two Slurm nodes, one
-    device each, under a private cluster; the model's fields for the two-node cell."""
+    """Each run: a sweep of the single cell and torchrun at one device on one node and over two
+    Slurm nodes, one device each, under a private cluster; the model's fields for the
+    two-node cell."""
     results = []
     with SlurmCluster(scratch / "slurm") as cluster:
         for repeat in range(runs):
-            sweep = scratch / f"two-nodes-{repeat}.yaml"
-            sweep.write_text(yaml.safe_dump({
-                "name": "two-nodes", "device_type": "cpu", "workloads": [SHAPE["workload"]],
-                "frameworks": {"torch": {"launchers": ["torchrun"]}}, "devices": [1],
-                "nodes": [2], "batch_sizes": [SHAPE["batch_size"]],
-                "image_size": SHAPE["image_size"], "steps": SHAPE["steps"],
-                "warmup": SHAPE["warmup"], "threads_per_device": 1, "profile": True}))
-            out = scratch / f"two-nodes-{repeat}"
-            swept = subprocess.run([sys.executable, "-m", "scaling", "sweep", str(sweep),
-                                    "--out", str(out), "--backend", "slurm", "--wait"],
-                                   env=cluster.env, capture_output=True, text=True)
-            records = ResultStore(out).records()
-            failed = [r["error"] for r in records if r["status"] != "ok"]
-            if swept.returncode:
-                raise SystemExit(f"two-node sweep exited {swept.returncode}: "
-                                 f"{failed or swept.stderr.strip()}")
-            results.append(model_fields(records))
+            records = swept(cluster, scratch, f"two-nodes-{repeat}", devices=[1], nodes=[1, 2])
+            results.append(model_fields(records, lambda row: row["nodes"] == 2))
     return results
+
+
+def swept(cluster, scratch: Path, name: str, **axes) -> list:
+    """The records of a torchrun sweep of ``axes`` (with its single cells) under Slurm."""
+    sweep = scratch / f"{name}.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "name": name, "device_type": "cpu", "workloads": [SHAPE["workload"]],
+        "frameworks": {"torch": {"launchers": ["torchrun"]}},
+        "batch_sizes": [SHAPE["batch_size"]], "image_size": SHAPE["image_size"],
+        "steps": SHAPE["steps"], "warmup": SHAPE["warmup"], "threads_per_device": 1,
+        "profile": True, **axes}))
+    out = scratch / name
+    done = subprocess.run([sys.executable, "-m", "scaling", "sweep", str(sweep), "--out",
+                           str(out), "--backend", "slurm", "--wait"],
+                          env=cluster.env, capture_output=True, text=True)
+    records = ResultStore(out).records()
+    if done.returncode:
+        failed = [r["error"] for r in records if r["status"] != "ok"]
+        raise SystemExit(f"{name} sweep exited {done.returncode}: "
+                         f"{failed or done.stderr.strip()}")
+    return records
+
+
+def leave_one_out_run(repeat: int, scratch: Path) -> dict:
+    """single and torchrun at 1, 2 and 4 devices of 1 thread, in an order that reverses with
+    ``repeat``; the 4-device point's prediction from the others alone."""
+    sides = [("single", 1), ("torchrun", 1), ("torchrun", 2), ("torchrun", 4)]
+    records = [harness_record(scratch / f"leave-one-out-{repeat}", framework="torch",
+                              launcher=name, devices=devices, threads_per_device=1,
+                              allow_oversubscribe=True, repeat=repeat,
+                              profile=name != "single", **SHAPE)
+               for name, devices in (sides if repeat % 2 == 0 else sides[::-1])]
+    [four] = [row for row in with_predictions(with_scaling(records))
+              if row["total_devices"] == 4]
+    return {key: four.get(key) for key in FIELDS}
 
 
 def summary(framework: str, launcher: str, runs: list) -> dict:
     ratios = [run["prediction_ratio"] for run in runs]
-    blind = [run["prediction_ratio_without_contention"] for run in runs]
+    without = {name: [run["prediction_ratio_without"][name] for run in runs]
+               for name in runs[0]["prediction_ratio_without"]}
     print(f"{framework}/{launcher}: measured / predicted {statistics.median(ratios):.3f} "
-          f"(runs {', '.join(f'{r:.3f}' for r in ratios)}); without the contention "
-          f"{statistics.median(blind):.3f}", flush=True)
+          f"(runs {', '.join(f'{r:.3f}' for r in ratios)}); without " + ", ".join(
+              f"{name} {median_or_none(values)}" for name, values in without.items()),
+          flush=True)
     return {"framework": framework, "launcher": launcher, "runs": runs,
             "prediction_ratios": ratios, "median_ratio": statistics.median(ratios),
             "ratio_ci95": repeats_interval(ratios),
-            "median_ratio_without_contention": statistics.median(blind),
-            "ratio_without_contention_ci95": repeats_interval(blind)}
+            "median_ratio_without": {name: median_or_none(values)
+                                     for name, values in without.items()}}
+
+
+def median_or_none(values):
+    present = [value for value in values if value is not None]
+    return statistics.median(present) if present else None
+
+
+def leave_one_out_summary(runs: list) -> dict:
+    errors = [run["prediction_error"] for run in runs]
+    print("torch/torchrun at 1, 2, 4 devices: leave-one-out error of 4 devices "
+          f"{statistics.median(errors):+.1%} (runs {', '.join(f'{e:+.1%}' for e in errors)})",
+          flush=True)
+    return {"framework": "torch", "launcher": "torchrun", "devices": [1, 2, 4],
+            "allow_oversubscribe": True, "runs": runs, "prediction_errors": errors,
+            "median_error": statistics.median(errors), "error_ci95": repeats_interval(errors)}
 
 
 def main():
@@ -112,21 +169,27 @@ def main():
     parser.add_argument("--output", type=Path)
     parser.add_argument("--no-slurm", dest="slurm", action="store_false",
                         help="leave out the two-node cell (it needs Slurm installed)")
+    parser.add_argument("--no-leave-one-out", dest="leave_one_out", action="store_false",
+                        help="leave out the 4-device curve")
     parser.add_argument("--launchers", default=",".join(name for _, name in LAUNCHERS),
                         help="the single-node launchers to measure, comma-separated")
     args = parser.parse_args()
-    results = []
+    results = {"launchers": []}
     with tempfile.TemporaryDirectory() as scratch:
         for framework, launcher in LAUNCHERS:
             if launcher not in args.launchers.split(","):
                 continue
             runs = [one_run(framework, launcher, repeat, Path(scratch))
                     for repeat in range(args.runs)]
-            results.append(summary(framework, launcher, runs))
+            results["launchers"].append(summary(framework, launcher, runs))
             write(args, results)
         if args.slurm:
-            results.append(summary("torch", "torchrun over 2 Slurm nodes",
-                                   two_node_runs(args.runs, Path(scratch))))
+            results["launchers"].append(summary("torch", "torchrun over 2 Slurm nodes",
+                                                two_node_runs(args.runs, Path(scratch))))
+            write(args, results)
+        if args.leave_one_out:
+            results["leave_one_out"] = leave_one_out_summary(
+                [leave_one_out_run(repeat, Path(scratch)) for repeat in range(args.runs)])
             write(args, results)
 
 
@@ -134,10 +197,11 @@ def write(args, results) -> None:
     """The results so far, after each launcher: a run stopped part-way keeps what it measured."""
     if args.output:
         args.output.write_text(json.dumps({
-            "benchmark": "the scaling model against 2-device cells", "config": {
-                **SHAPE, "devices": 2, "threads_per_device": 1, "runs": args.runs,
+            "benchmark": "the scaling model against 2-device cells, and a 4-device curve's "
+                         "leave-one-out check", "config": {
+                **SHAPE, "devices": [1, 2], "threads_per_device": 1, "runs": args.runs,
                 "device_type": "cpu", "profile": True},
-            "machine": machine(), "results": results}, indent=2) + "\n")
+            "machine": machine(), **results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -258,6 +258,10 @@ def test_the_throughput_plot_draws_the_prediction_dashed_beyond_the_measured_poi
     assert dashed[0].get_ydata()[0] == pytest.approx(70.0)
     assert [tick.get_text() for tick in throughput.get_xticklabels()] == ["1", "2", "4", "8",
                                                                           "16"]
+    # A baseline whose interval is open above leaves the band open at that end: still drawn.
+    records[0]["images_per_sec_ci95"] = [20.0, math.inf]
+    rows = with_predictions(with_scaling(records))
+    assert scaling_figure(rows, "cifar10", predicted_curves(rows, series_key)) is not None
 
 
 def test_predict_redraws_the_report_with_its_counts(tmp_path):

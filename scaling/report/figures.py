@@ -116,10 +116,11 @@ def _plot_predicted(axis, curve: Dict, style: Dict) -> None:
     band from full overlap of the allreduce to none shaded."""
     last = max(curve["measured"])
     xs = [last] + [line["devices"] for line in curve["lines"]]
-    low = [curve["measured"][last]] + [line["images_per_sec_low"] for line in curve["lines"]]
-    high = [curve["measured"][last]] + [line["images_per_sec_high"] for line in curve["lines"]]
-    axis.plot(xs, [(a + b) / 2 for a, b in zip(low, high)], color=style["color"],
-              linestyle="--")
+    middle = [curve["measured"][last]] + [line["images_per_sec"] for line in curve["lines"]]
+    low, high = ([curve["measured"][last]] + [
+        line[f"images_per_sec_{end}"] if line[f"images_per_sec_{end}"] is not None
+        else line["images_per_sec"] for line in curve["lines"]] for end in ("low", "high"))
+    axis.plot(xs, middle, color=style["color"], linestyle="--")
     axis.fill_between(xs, low, high, color=style["color"], alpha=0.12, linewidth=0)
 
 

@@ -103,6 +103,7 @@ class JaxSession:
             cell, "bf16" if self.amp else "fp32", self._flops_per_image, self.gradient_bytes,
             devices_sharing=len(self.parallel.local_devices)))
         self.output = None
+        self._local_step = None
 
     def _synthetic_batch(self, numpy):
         """This process's replicas' batches, each seeded by its replica's index in the cell,
@@ -206,6 +207,39 @@ class JaxSession:
 
     def synchronize(self) -> None:
         self.parallel.wait((self.state, self.output))
+
+    def local_steps(self, count: int) -> None:
+        """``count`` forward and backward passes on every device of the process, with no
+        gradient aggregated and no update; waits for them."""
+        if self._local_step is None:
+            self._local_step = self._compile_local()
+        arguments = (*self.state[:3], self.images, self.labels)
+        if self.jax.process_count() > 1:
+            arguments = self.jax.tree.map(lambda leaf: leaf.addressable_shards[0].data,
+                                          arguments)
+        for _ in range(count):
+            sums = self._local_step(*arguments)
+        self.jax.block_until_ready(sums)
+
+    def _compile_local(self):
+        """The jitted forward and backward pass of each device on its own batch, returning the
+        sum of its gradients (so that none is left out). Over several processes, each runs its
+        own device's arrays in a program of its own, so that no program spans the processes
+        (one would interleave with the collective timed beside it)."""
+        from jax.sharding import PartitionSpec
+
+        jax = self.jax
+
+        def local(params, stats, rest, images, labels):
+            _, grads = jax.value_and_grad(self._loss, has_aux=True)(params, stats, rest,
+                                                                      images, labels)
+            return sum(jax.numpy.sum(leaf) for leaf in jax.tree.leaves(grads)).reshape(1)
+
+        if jax.process_count() > 1:
+            return jax.jit(local)
+        sharded = PartitionSpec("data")
+        return jax.jit(self.parallel.wrap(local, (PartitionSpec(),) * 3 + (sharded, sharded),
+                                          sharded))
 
     def barrier(self) -> None:
         self.parallel.barrier()
