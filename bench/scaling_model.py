@@ -59,14 +59,18 @@ launcher's own cost drops with the launcher's 1-device record)."""
 def one_run(framework: str, launcher: str, repeat: int, scratch: Path) -> dict:
     """The single cell, the launcher's 1-device cell and its 2-device cell, in an order that
     reverses with ``repeat``, and the model's fields for the 2-device cell."""
-    python = default_python(framework, launcher)
-    sides = [("single", 1), (launcher, 1), (launcher, 2)]
-    records = [harness_record(scratch / f"{framework}-{launcher}-{repeat}", framework=framework,
-                              launcher=name, devices=devices, threads_per_device=1,
-                              repeat=repeat, profile=name != "single", python=python,
-                              **SHAPE)
-               for name, devices in (sides if repeat % 2 == 0 else sides[::-1])]
+    records = alternated([("single", 1), (launcher, 1), (launcher, 2)], repeat,
+                         scratch / f"{framework}-{launcher}-{repeat}", framework=framework,
+                         python=default_python(framework, launcher))
     return model_fields(records, lambda row: row["total_devices"] == 2)
+
+
+def alternated(sides, repeat: int, scratch: Path, **fields) -> list:
+    """The records of ``sides`` (launcher, devices), 1 thread per device, in an order that
+    reverses with ``repeat``; the launchers' cells profiled."""
+    return [harness_record(scratch, launcher=name, devices=devices, threads_per_device=1,
+                           repeat=repeat, profile=name != "single", **SHAPE, **fields)
+            for name, devices in (sides if repeat % 2 == 0 else sides[::-1])]
 
 
 def model_fields(records, chosen) -> dict:
@@ -121,12 +125,9 @@ def swept(cluster, scratch: Path, name: str, **axes) -> list:
 def leave_one_out_run(repeat: int, scratch: Path) -> dict:
     """single and torchrun at 1, 2 and 4 devices of 1 thread, in an order that reverses with
     ``repeat``; the 4-device point's prediction from the others alone."""
-    sides = [("single", 1), ("torchrun", 1), ("torchrun", 2), ("torchrun", 4)]
-    records = [harness_record(scratch / f"leave-one-out-{repeat}", framework="torch",
-                              launcher=name, devices=devices, threads_per_device=1,
-                              allow_oversubscribe=True, repeat=repeat,
-                              profile=name != "single", **SHAPE)
-               for name, devices in (sides if repeat % 2 == 0 else sides[::-1])]
+    records = alternated([("single", 1), ("torchrun", 1), ("torchrun", 2), ("torchrun", 4)],
+                         repeat, scratch / f"leave-one-out-{repeat}", framework="torch",
+                         allow_oversubscribe=True)
     [four] = [row for row in with_predictions(with_scaling(records))
               if row["total_devices"] == 4]
     return {key: four.get(key) for key in FIELDS}
