@@ -1,16 +1,21 @@
 """MXNet Gluon definitions of the registry's workloads (NCHW, random initialisation).
 
-AlexNet, ResNet-50 (v1) and Inception-v3 come from gluon.model_zoo.vision, adjusted only so that
-inputs below the nominal size work as they do in PyTorch: AlexNet gets torch's adaptive 6x6
-average pool before its classifier, and Inception-v3's final 8x8 average pool becomes a global
-one (the same operation at 299x299). GoogLeNet and the CIFAR-10 network are HybridBlocks that
-match the PyTorch definitions layer for layer.
+AlexNet and Inception-v3 come from gluon.model_zoo.vision, adjusted only so that inputs below
+the nominal size work as they do in PyTorch: AlexNet gets torch's adaptive 6x6 average pool
+before its classifier, and Inception-v3's final 8x8 average pool becomes a global one (the same
+operation at 299x299). ResNet-50 is the model zoo's ResNetV1 network with torchvision's
+bottleneck (v1.5: the stride on the 3x3 convolution; the zoo's ``resnet50_v1`` puts it on the
+first 1x1). GoogLeNet and the CIFAR-10 network are HybridBlocks that match the PyTorch
+definitions layer for layer.
 """
 
 from __future__ import annotations
 
+import functools
+
 from mxnet.gluon import nn
 from mxnet.gluon.model_zoo import vision
+from mxnet.gluon.model_zoo.vision.resnet import ResNetV1, resnet_spec
 
 
 class AdaptiveAveragePool(nn.HybridBlock):
@@ -37,8 +42,27 @@ def alexnet(image_size: int, classes: int):
     return net
 
 
+class Bottleneck(nn.HybridBlock):
+    """torchvision's ResNet bottleneck, with the model zoo's block arguments: 1x1, 3x3 (carrying
+    the stride), 1x1 to ``channels``, each convolution without bias and followed by batch norm,
+    and a projection shortcut where ``downsample``."""
+
+    def __init__(self, channels, stride, downsample=False, in_channels=0, **kwargs):
+        super().__init__(**kwargs)
+        width, conv = channels // 4, functools.partial(_conv_bn, epsilon=1e-5)
+        self.body = _rebuild([conv(width, 1), conv(width, 3, stride, 1),
+                              conv(channels, 1, relu=False)])
+        self.downsample = conv(channels, 1, stride, relu=False) if downsample else None
+
+    def hybrid_forward(self, F, x):
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return F.Activation(self.body(x) + shortcut, act_type="relu")
+
+
 def resnet50(image_size: int, classes: int):
-    return vision.resnet50_v1(classes=classes)
+    """torchvision's ResNet-50 (v1.5)."""
+    _, layers, channels = resnet_spec[50]
+    return ResNetV1(Bottleneck, layers, channels, classes=classes)
 
 
 def inception_v3(image_size: int, classes: int):
@@ -49,11 +73,15 @@ def inception_v3(image_size: int, classes: int):
     return net
 
 
-def _conv_bn(channels: int, kernel: int, strides: int = 1, padding: int = 0):
-    """torchvision's BasicConv2d: convolution without bias, batch norm (eps 0.001), ReLU."""
+def _conv_bn(channels: int, kernel: int, strides: int = 1, padding: int = 0,
+             epsilon: float = 1e-3, relu: bool = True):
+    """Convolution without bias, batch norm and, unless ``relu`` is false, ReLU. Epsilon 0.001
+    is torchvision's BasicConv2d's (GoogLeNet); ResNet has torch's default."""
     block = nn.HybridSequential()
     block.add(nn.Conv2D(channels, kernel, strides=strides, padding=padding, use_bias=False),
-              nn.BatchNorm(epsilon=0.001), nn.Activation("relu"))
+              nn.BatchNorm(epsilon=epsilon))
+    if relu:
+        block.add(nn.Activation("relu"))
     return block
 
 

@@ -1,7 +1,9 @@
 """Keras (TensorFlow backend) definitions of the registry's workloads, NHWC, random weights.
 
-ResNet-50 and Inception-v3 come from keras.applications. AlexNet, GoogLeNet and the CIFAR-10
-network are written with Keras layers to match the PyTorch definitions layer for layer.
+Inception-v3 comes from keras.applications. AlexNet, GoogLeNet, ResNet-50 and the CIFAR-10
+network are written with Keras layers to match the PyTorch definitions layer for layer (ResNet-50
+is torchvision's v1.5, with the stride on each bottleneck's 3x3 convolution; keras.applications'
+ResNet50 puts it on the first 1x1 and gives its convolutions biases).
 """
 
 from __future__ import annotations
@@ -9,11 +11,6 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 from keras import layers
-
-
-def resnet50(image_size: int, classes: int) -> keras.Model:
-    return keras.applications.ResNet50(weights=None, input_shape=(image_size, image_size, 3),
-                                       classes=classes, classifier_activation=None)
 
 
 def inception_v3(image_size: int, classes: int) -> keras.Model:
@@ -105,6 +102,42 @@ def googlenet(image_size: int, classes: int) -> keras.Model:
     x = layers.Dropout(0.2)(x)
     outputs = layers.Dense(classes)(x)
     return keras.Model(inputs, outputs, name="googlenet")
+
+
+def _resnet_conv_bn(x, filters: int, kernel: int, strides: int = 1, relu: bool = True):
+    """A ResNet convolution without bias, with torch's padding of kernel // 2 on every side
+    (SAME padding at stride 2 would pad only the bottom and right), batch norm with torch's
+    epsilon and, unless ``relu`` is false, ReLU."""
+    if kernel > 1:
+        x = layers.ZeroPadding2D(kernel // 2)(x)
+    x = layers.Conv2D(filters, kernel, strides=strides, use_bias=False)(x)
+    x = layers.BatchNormalization(epsilon=1e-5)(x)
+    return layers.ReLU()(x) if relu else x
+
+
+def _bottleneck(x, width: int, strides: int):
+    """torchvision's bottleneck: 1x1, 3x3 (carrying the stride), 1x1 to 4 x width, and a
+    projection shortcut where the shape changes."""
+    shortcut = x
+    if strides != 1 or x.shape[-1] != 4 * width:
+        shortcut = _resnet_conv_bn(x, 4 * width, 1, strides, relu=False)
+    x = _resnet_conv_bn(x, width, 1)
+    x = _resnet_conv_bn(x, width, 3, strides)
+    x = _resnet_conv_bn(x, 4 * width, 1, relu=False)
+    return layers.ReLU()(layers.Add()([x, shortcut]))
+
+
+def resnet50(image_size: int, classes: int) -> keras.Model:
+    """torchvision's ResNet-50 (v1.5); the max-pool's zero padding follows a ReLU, so it is
+    torch's padding with minus infinity."""
+    inputs = keras.Input((image_size, image_size, 3))
+    x = _resnet_conv_bn(inputs, 64, 7, strides=2)
+    x = layers.MaxPooling2D(3, strides=2)(layers.ZeroPadding2D(1)(x))
+    for width, blocks, strides in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            x = _bottleneck(x, width, strides if i == 0 else 1)
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, layers.Dense(classes)(x), name="resnet50")
 
 
 class LocalResponseNorm(layers.Layer):

@@ -30,7 +30,6 @@ from scaling.launchers import default_python, get_launcher
 from scaling.peaks import COMPUTE_FIELDS, compute_facts
 from scaling.placement import Placement, local_placement
 from scaling.workers.common import write_json_atomically
-from workloads import get_workload
 
 REPORT_GRACE_S = 30.0
 """How long node 0 waits for the other nodes' rank reports after its own ranks ended."""
@@ -195,24 +194,11 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "process_token": token,
     }
     if record["status"] == "ok" and cell.purpose == "sweep":
-        record.update(compute_facts(record, reports, flops_per_image(cell, first),
+        record.update(compute_facts(record, reports, first.get("flops_per_image"),
                                     record_ceiling(cell_dir.parent.parent, record,
                                                    first.get("precision"))))
     write_json_atomically(cell_dir / "record.json", record)
     return record
-
-
-def flops_per_image(cell: Cell, report: Dict):
-    """What the rank counted, or for a framework without a counter, torch's count of the same
-    architecture (None without torch)."""
-    if not get_framework(cell.framework).flops_from_torch:
-        return report.get("flops_per_image")
-    try:
-        from scaling.workers.compute import torch_flops_per_image
-        return torch_flops_per_image("workloads.torch_models", get_workload(cell.workload),
-                                     cell.image_size, cell.mode)
-    except ImportError:
-        return None
 
 
 def run_and_record(cell: Cell, out_dir, **kwargs) -> Dict:

@@ -46,9 +46,6 @@ class Framework:
     """Distributions whose versions ``scaling devices`` shows under the workers' interpreter."""
     colour: str = "#7f7f7f"
     """The framework's colour in every figure."""
-    flops_from_torch: bool = False
-    """Whether the harness counts FLOPs with torch's counter on the same architecture (for a
-    framework without a counter of its own); otherwise the worker counts them."""
 
     def default_python(self) -> str:
         """The interpreter that runs this framework's workers unless configured otherwise."""

@@ -20,7 +20,6 @@ register_framework(Framework(
     venv=".venv-mxnet",
     # Measured with MXNet 1.9.1: 384 MiB crashed at start-up.
     min_memory_limit=512 * 2**20,
-    flops_from_torch=True,
     packages=("mxnet",),
     colour="#1f77b4",
 ))

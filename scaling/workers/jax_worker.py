@@ -183,16 +183,15 @@ class JaxSession:
         return compiled
 
     def _flops_per_image(self) -> float:
-        """XLA's cost analysis of one device's step on a batch of two, lowered from shapes
-        alone, per image: the forward pass in ``forward``, otherwise forward and backward (an
-        update is elementwise, as the other frameworks' counters leave it out)."""
+        """One image's FLOPs in the cell's mode, counted on the model's jaxpr by torch's rules
+        (``scaling.workers.jax_flops``): the forward pass in ``forward``, otherwise forward and
+        backward (an update is elementwise, as the other frameworks' counters leave it out)."""
+        from scaling.workers import jax_flops
+
         jax = self.jax
-        step = self._per_device_step() if self.mode == "forward" else \
-            jax.value_and_grad(self._loss, has_aux=True)
         shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), self.state[:3])
-        batch = (jax.ShapeDtypeStruct((2, *self.images.shape[1:]), self.images.dtype),
-                 jax.ShapeDtypeStruct((2,), self.labels.dtype))
-        return float(jax.jit(step).lower(*shapes, *batch).cost_analysis()["flops"]) / 2
+        return jax_flops.flops_per_image(jax, self.nnx, self.graph, shapes,
+                                         self.images.shape[1:], self.mode)
 
     def step(self) -> None:
         if self.mode == "forward":

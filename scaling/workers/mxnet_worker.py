@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy
 
-from scaling.workers import common, mxnet_input
+from scaling.workers import common, mxnet_flops, mxnet_input
 from scaling.workers.compute import compute_report
 from scaling.workers.loop import run_worker
 
@@ -244,10 +244,16 @@ class MxnetSession:
         return MxnetCollective(self.mx, self.parallel, self.contexts)
 
     def compute_facts(self, cell: dict) -> dict:
-        """Gradient bytes and precision; MXNet has no FLOP counter of its own (the harness
-        counts the same architecture in torch) and no matrix kernel for the ceiling."""
+        """FLOPs per image (counted on the network's symbol graph, as MXNet has no counter of
+        its own: ``scaling.workers.mxnet_flops``), gradient bytes and precision; no matrix
+        kernel for the ceiling."""
         precision = ("fp16" if self.gpu else "bf16") if self.amp else "fp32"
-        return compute_report(cell, precision, None, self.gradient_bytes)
+        size = cell["image_size"]
+        return compute_report(
+            cell, precision,
+            lambda: mxnet_flops.flops_per_image(self.mx, self.net,
+                                                (self.workload.channels, size, size), self.mode),
+            self.gradient_bytes)
 
     def finish(self) -> dict:
         params = sum(p.data(self.contexts[0]).size for p in self.net.collect_params().values()
