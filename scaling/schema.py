@@ -15,7 +15,8 @@ STATUSES: Dict[str, str] = {
     "timeout": "no result within the cell's timeout; the process tree was killed",
     "crashed": "a rank died without reporting, for example killed by a signal",
     "error": "a rank raised an error other than out-of-memory",
-    "env_error": "the framework or its interpreter is missing; nothing was run",
+    "env_error": "the framework or its interpreter is missing, or the node cannot run the "
+                 "cell (a multi-GPU cell on MIG instances); nothing was run",
     "cancelled": "the scheduler's job was cancelled",
     "node_fail": "the scheduler lost a node of the job",
     "preempted": "the scheduler preempted the job",
@@ -157,6 +158,17 @@ RECORD_FIELDS: Dict[str, str] = {
     "noise": "how busy, e.g. 'other processes used 0.90 cores of 2 during the window', or null",
     "noise_cores": "cores other processes used during the window, on average",
     "quiet_wait_s": "seconds waited for quiet before the cell (--wait-for-quiet), or null",
+    "rank_step_s": "each rank's median step time, by rank",
+    "rank_local_step_s": "each rank's mean local step (its forward and backward passes with "
+                         "nothing aggregated, all ranks at once), by rank; null where a rank "
+                         "did not time one",
+    "straggler_rank": "the slowest rank: by rank_local_step_s where timed, rank_step_s "
+                      "otherwise (null with one rank)",
+    "straggler_host": "the host of straggler_rank",
+    "rank_skew": "the slowest rank's figure over the ranks' median (null with one rank)",
+    "straggler": "why the cell is a straggler (rank_skew of 1.2 or more: "
+                 "scaling.execute.aggregate.STRAGGLER_SKEW), e.g. 'rank 1 on node2 took 1.31x "
+                 "the ranks' median local step (0.412 s)'; null otherwise",
     "telemetry": "window summary: cpu_util_mean (percent of all cores), rss_max_bytes_per_rank, "
                  "and on GPUs gpu_util_mean, gpu_memory_max_bytes, power_mean_w, energy_j "
                  "(from the devices' cumulative energy counters where NVML gives them, else "
@@ -209,6 +221,10 @@ RECORD_FIELDS: Dict[str, str] = {
     "cpu_cores": "its cores",
     "harness_version": "version of this harness",
     "started_at": "UTC start time",
+    "fingerprint": "each host's fingerprint hash, {host: hash}: the node's versions, clocks, "
+                   "topology, CPU, container and collective environment, in "
+                   "OUT/fingerprints/HASH.json (scaling.execute.fingerprint); null where no "
+                   "node started the cell",
     "slurm": "under --backend slurm: job_id, array_task_id, node_list, nodes (each node's "
              "host, CPU and GPUs), restart_count, exclusive (whole nodes asked for; false "
              "under --shared) and other_jobs (other Slurm jobs seen running on its nodes, "
@@ -325,7 +341,7 @@ CSV_COLUMNS = [
     "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
     "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",
     "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source", "matmul_probe_tflops",
-    "noisy", "noise", "noise_cores", "telemetry", "step_breakdown", "error",
+    "noisy", "noise", "noise_cores", "straggler", "rank_skew", "telemetry", "step_breakdown", "error",
     "steps", "warmup", "threads_per_device", "threads_default", "memory_limit", "options", "device_name",
     "versions", "host", "hosts", "harness_version", "started_at",
 ]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import check_images_per_sec, rank_reports, read_records, scaling_cli
+from scaling.execute import fingerprint
+from scaling.execute.aggregate import STRAGGLER_SKEW
 from scaling.schema import RANK_REPORT_FIELDS, RECORD_FIELDS
 
 CIFAR10 = ("run", "--workload", "cifar10", "--batch-size", 4, "--steps", 3, "--warmup", 1,
@@ -53,6 +57,22 @@ def test_cifar10_under_torchrun_reports_global_throughput(cifar10):
     assert set(record) == set(RECORD_FIELDS) - {"slurm"}  # slurm: under --backend slurm only
     for report in reports:
         assert set(report) <= set(RANK_REPORT_FIELDS)
+
+
+@pytest.mark.slow
+def test_each_record_names_its_node_fingerprint_and_each_rank_step_time(cifar10):
+    out, record = cifar10
+    [(host, name)] = record["fingerprint"].items()
+    stored = json.loads((out / "fingerprints" / f"{name}.json").read_text())
+    assert host == stored["host"] == record["host"]
+    assert fingerprint.digest(stored) == name
+    assert stored["libraries"]["python"] and stored["cpu"]["logical_cpus"]
+    assert [path.name for path in (out / "fingerprints").iterdir()] == [f"{name}.json"]
+    assert len(record["rank_step_s"]) == record["devices"]
+    if record["devices"] > 1:  # one device under torchrun times no local step
+        assert len(record["rank_local_step_s"]) == record["devices"]
+        assert record["straggler_host"] == host and record["rank_skew"] >= 1
+        assert (record["straggler"] is None) == (record["rank_skew"] < STRAGGLER_SKEW)
 
 
 @pytest.mark.slow

@@ -98,11 +98,12 @@ def compare_command(base_dir, new_dir, threshold, csv_path):
     """Compare the cells that BASE_DIR and NEW_DIR both measured: new images/sec against base,
     with intervals (the spread of repeats). A change beyond the threshold is a regression or
     an improvement unless the intervals overlap ("within noise"); a cell that was ok and now
-    fails is a regression.
+    fails is a regression. The nodes' fingerprints are compared too ("fingerprints differ:
+    FIELD, ...").
 
     Exit status: 1 when any cell regressed, 0 otherwise, 2 for bad input."""
-    from scaling.report.compare import (VERDICTS, cell_label, compare, parse_threshold,
-                                        write_comparison_csv)
+    from scaling.report.compare import (VERDICTS, cell_label, compare, fingerprint_differences,
+                                        parse_threshold, write_comparison_csv)
 
     fraction = parse_threshold(threshold)
     records = []
@@ -126,6 +127,9 @@ def compare_command(base_dir, new_dir, threshold, csv_path):
         f"{comparison.count(name)} {name}" for name in VERDICTS) +
         f"; {comparison.only_base} only in base, {comparison.only_new} only in new",
         soft_wrap=True)
+    differences = fingerprint_differences(base_dir, records[0], new_dir, records[1])
+    if differences:
+        console.print(f"fingerprints differ: {', '.join(differences)}", soft_wrap=True)
     if csv_path:
         console.print(f"wrote {write_comparison_csv(comparison, csv_path)}")
     sys.exit(1 if comparison.count("regression") else 0)

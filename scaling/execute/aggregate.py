@@ -101,6 +101,7 @@ def _metrics(reports: List[Dict]) -> Dict:
                                       if r["memory_capacity_bytes"] is not None), default=None),
         **_gradient_allreduce(reports),
         **_local_steps(reports),
+        **stragglers(reports),
         **{f"{name}_images_per_sec": _window_rate(reports, f"{name}_window")
            for name in ("loader", "synthetic")},
     }
@@ -115,7 +116,6 @@ def _window_rate(reports: List[Dict], window: str) -> Optional[float]:
                                                            for r in reports)
 
 
-def bus_factor(devices: int) -> float:
 LOCAL_STEPS = (("local_step_s", "local_step_chunks"),
                ("local_step_communicating_s", "communicating_step_chunks"))
 """The record's figures of local steps (scaling.workers.loop.contended_compute), each with the
@@ -138,6 +138,41 @@ def _local_steps(reports: List[Dict]) -> Dict:
     return found
 
 
+STRAGGLER_SKEW = 1.2
+"""A cell whose slowest rank took this many times the ranks' median is marked a straggler.
+Over two ranks the median is their mean, so 1.2 there means one rank took 1.5x the other."""
+
+
+def stragglers(reports: List[Dict]) -> Dict:
+    """Each rank's median step time (``rank_step_s``) and mean local step
+    (``rank_local_step_s``, where every rank timed one), by rank; the slowest rank, its host,
+    ``rank_skew`` (its figure over the ranks' median) and ``straggler``, the reason where the
+    skew reaches ``STRAGGLER_SKEW``.
+
+    The skew compares the local steps where they were timed: in the window every rank waits
+    for the slowest at each allreduce, so their step times differ by little, while each rank's
+    forward and backward passes with nothing aggregated take as long as its own device and
+    node. With one rank there is no skew."""
+    ranked = sorted(reports, key=lambda r: r["rank"])
+    steps = [r["step_time_median_s"] for r in ranked]
+    local = ([statistics.fmean(r["local_step_chunks"]) for r in ranked]
+             if all(r.get("local_step_chunks") for r in ranked) else None)
+    found = {"rank_step_s": steps, "rank_local_step_s": local, "straggler_rank": None,
+             "straggler_host": None, "rank_skew": None, "straggler": None}
+    if len(ranked) < 2:
+        return found
+    judged, what = (local, "local step") if local else (steps, "step time")
+    slowest = max(range(len(ranked)), key=judged.__getitem__)
+    skew = judged[slowest] / statistics.median(judged)
+    rank, host = ranked[slowest]["rank"], ranked[slowest].get("host")
+    found.update(straggler_rank=rank, straggler_host=host, rank_skew=skew)
+    if skew >= STRAGGLER_SKEW:
+        found["straggler"] = (f"rank {rank} on {host} took {skew:.2f}x the ranks' median "
+                              f"{what} ({judged[slowest]:.4g} s)")
+    return found
+
+
+def bus_factor(devices: int) -> float:
     """Bus bandwidth over algorithm bandwidth of a ring allreduce over ``devices``: 2(n-1)/n,
     the share of the data each device sends and receives (nccl-tests' convention)."""
     return 2 * (devices - 1) / devices

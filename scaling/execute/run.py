@@ -18,6 +18,7 @@ from typing import Callable, Dict, Optional
 import scaling
 from scaling import hardware
 from scaling.cell import Cell
+from scaling.execute import fingerprint
 from scaling.execute.aggregate import summarize
 from scaling.execute.ceiling import ensure_cell_ceiling, record_ceiling
 from scaling.execute.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings, gpu_indices,
@@ -87,8 +88,11 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     framework = get_framework(cell.framework)
     python = python or default_python(cell.framework, cell.launcher)
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    node = fingerprint.take(out_dir, cell_dir, placement.node_rank, python, cell.collective_env)
     missing = (missing_framework(cell.framework, python)
-               or launcher.missing(cell.framework, python))
+               or launcher.missing(cell.framework, python)
+               or fingerprint.mig_refusal(node, gpu_indices(cell.device_type, cell.devices),
+                                          cell.total_devices))
     if missing is not None:
         return make_record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
                        started_at, 0.0, token=None)
@@ -182,6 +186,7 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "allreduce_time_s": None, "allreduce_time_s_ci95": None, "allreduce_busbw_GBps": None,
         "local_step_s": None,
         "images_per_joule": None,
+        "fingerprint": fingerprint.noted(cell_dir),
         **outcome,
         "versions": first.get("versions"),
         "device_name": first.get("device_name"),

@@ -11,6 +11,9 @@ interval of zero width).
 Verdicts: a change within the threshold is ``same``. A larger change whose intervals overlap is
 ``within noise``. Otherwise it is a ``regression`` or an ``improvement``. A cell that was ok and
 now fails is a regression, and one that failed and is now ok an improvement.
+
+The nodes' fingerprints that each folder's records reference are compared too: a field whose
+values over one folder's fingerprints differ from those over the other's is named.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from scaling.errors import ScalingError
+from scaling.execute.fingerprint import differing_fields, read_fingerprints
 from scaling.report.baseline import figure_interval
 from scaling.report.tables import curve_fields
 
@@ -118,6 +122,15 @@ def compare(base_records: List[Dict], new_records: List[Dict], threshold: float)
         rows.append({**fields, "base": base[key], "new": new[key], "change": change,
                      "verdict": name})
     return Comparison(rows, len(base.keys() - new.keys()), len(new.keys() - base.keys()))
+
+
+def fingerprint_differences(base_dir, base_records: List[Dict], new_dir,
+                            new_records: List[Dict]) -> List[str]:
+    """The fingerprint fields in which the two folders' nodes differ (none where either
+    folder's records reference no fingerprint)."""
+    base = read_fingerprints(base_dir, base_records)
+    new = read_fingerprints(new_dir, new_records)
+    return differing_fields(base.values(), new.values()) if base and new else []
 
 
 def cell_label(row: Dict) -> str:

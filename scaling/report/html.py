@@ -175,6 +175,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
         statuses={status: STATUSES.get(status, "") for status in statuses if status != "ok"},
         suspects=_notes(sections, "suspect"),
         noisy=_notes(sections, "noisy"),
+        stragglers=_notes(sections, "straggler"),
         counts={status: sum(row["status"] == status for row in rows) for status in statuses},
         provenance=provenance(out_dir, records),
     )

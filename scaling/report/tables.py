@@ -237,9 +237,9 @@ def write_csv(rows: List[Dict], path) -> None:
 def cell_summary(group: List[Dict]) -> Dict:
     """The repeats of one curve point as one cell of a table: its status (``ok`` if any repeat
     is), the median images/sec with its interval (``interval``, ``plus_minus``), speedup and
-    efficiency with theirs, ``suspect``, ``noisy`` and ``drifted`` (reasons or None), and the
-    median seconds per batch for modes other than ``train`` (as the forward-only reference
-    tables give them)."""
+    efficiency with theirs, ``suspect``, ``noisy``, ``drifted`` and ``straggler`` (reasons or
+    None), and the median seconds per batch for modes other than ``train`` (as the
+    forward-only reference tables give them)."""
     ok = [row for row in group if row["status"] == "ok"]
     if not ok:
         return {"status": group[0]["status"], "error": group[0].get("error")}
@@ -264,6 +264,8 @@ def cell_summary(group: List[Dict]) -> Dict:
             ok[0]["baseline_drift"], ok[0]["baseline_measurements"], interval, images_per_sec),
         "noisy": "; ".join(dict.fromkeys(row["noise"] for row in ok if row.get("noisy")))
         or None,
+        "straggler": "; ".join(dict.fromkeys(row["straggler"] for row in ok
+                                             if row.get("straggler"))) or None,
         "seconds_per_batch": statistics.median(row["step_time_median_s"] for row in ok)
         if ok[0].get("mode", "train") != "train" else None,
     }
@@ -291,7 +293,10 @@ NOISY_MARK = "!"
 """Appended to a figure measured while other processes were busy; the caption says how busy."""
 DRIFT_MARK = "~"
 """Appended to a figure whose baseline moved more than the figure's own interval is wide."""
-MARKS = ((SUSPECT_MARK, "suspect"), (NOISY_MARK, "noisy"), (DRIFT_MARK, "drifted"))
+STRAGGLER_MARK = "^"
+"""Appended to a figure whose slowest rank took 1.2x the ranks' median or more."""
+MARKS = ((SUSPECT_MARK, "suspect"), (NOISY_MARK, "noisy"), (DRIFT_MARK, "drifted"),
+         (STRAGGLER_MARK, "straggler"))
 """Each mark and the summary field that holds its reason."""
 
 
