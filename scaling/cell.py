@@ -14,6 +14,7 @@ from scaling.errors import ScalingError, positive_int
 from scaling.frameworks import get_framework
 from scaling.launchers import check_options, get_launcher, launchers_of
 from scaling.units import format_bytes
+from scaling.workers.collective_env import capture
 from workloads import Workload, get_workload
 
 DEVICE_TYPES = ("auto", "gpu", "cpu")
@@ -80,6 +81,11 @@ class Cell:
     loader_workers: int = field(default=0, metadata={"identity": SINCE_DEFAULT})
     """Worker processes (threads in tf.data) that decode and augment real images; 0: the
     training process does it between steps."""
+    collective_env: Dict[str, str] = field(default_factory=dict,
+                                           metadata={"identity": SINCE_DEFAULT})
+    """The environment that tunes the collectives and launchers (``NCCL_*``, ``HOROVOD_*``, ...;
+    :mod:`scaling.workers.collective_env`), captured when the cell is made; its workers run with
+    exactly these values."""
 
     def __post_init__(self):
         # A cell read back from JSON has its sizes as a list; the identity needs the tuple.
@@ -104,7 +110,7 @@ class Cell:
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)
             if spec.name in NOT_IDENTITY or (spec.metadata.get("identity") == SINCE_DEFAULT
-                                             and value == spec.default):
+                                             and value == _default(spec)):
                 continue
             identity[spec.name] = value
         blob = json.dumps(identity, sort_keys=True).encode()
@@ -115,6 +121,11 @@ class Cell:
 
     def with_changes(self, **changes) -> "Cell":
         return dataclasses.replace(self, **changes)
+
+
+def _default(spec: dataclasses.Field) -> Any:
+    """A field's default value, from its default factory where it has one."""
+    return spec.default_factory() if spec.default is dataclasses.MISSING else spec.default
 
 
 def describe(fields: Dict) -> str:
@@ -165,6 +176,7 @@ def make_cell(
     sizes: Sequence[int] = (),
     data: Optional[str] = None,
     loader_workers: int = 0,
+    collective_env: Optional[Dict[str, str]] = None,
 ) -> Cell:
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
     build a cell. ``launcher=None`` picks the framework's default launcher.
@@ -172,7 +184,9 @@ def make_cell(
     A CPU device is one fixed unit along a curve: without ``threads_per_device``, each device
     gets ``cores`` (default: this machine's) over ``largest_devices``, the largest device count
     per node of the run or sweep (default: ``devices``). ``data``, a real-image folder, is
-    kept as an absolute path, which every node must be able to read."""
+    kept as an absolute path, which every node must be able to read. ``collective_env``
+    defaults to the tunable part of this process's environment
+    (:mod:`scaling.workers.collective_env`)."""
     spec = get_workload(workload)
     if isinstance(loader_workers, bool) or not isinstance(loader_workers, int) \
             or loader_workers < 0:
@@ -214,6 +228,7 @@ def make_cell(
         data_parallel=launcher_spec.data_parallel, threads_default=threads_default,
         sizes=tuple(sizes), data=os.path.abspath(data) if data else "",
         loader_workers=loader_workers,
+        collective_env=capture(os.environ if collective_env is None else collective_env),
     )
 
 

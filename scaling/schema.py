@@ -40,7 +40,19 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "device_name": "the device, as the framework names it",
     "layout": "NCHW or NHWC",
     "images": "images this process trained in its timed window (all of its devices)",
-    "steps_timed": "steps in the timed window: at least the asked steps, more under min_time_s",
+    "calibration_step_s": "under min_time_s, the mean time of the warm-up's steps after its "
+                          "first two, on which the window's steps are planned (for a window "
+                          "timed again, the pace of the one before); null otherwise",
+    "windows": "windows timed: 1, or under min_time_s 2 where the first fell short of it on "
+               "some rank (the last one is reported)",
+    "steps_planned": "the steps this rank's calibration asked for: the asked steps, and under "
+                     "min_time_s the whole chunks more that last it (scaling.workers.loop."
+                     "planned_steps)",
+    "steps_timed": "steps in the timed window: the largest of the ranks' steps_planned, agreed "
+                   "before the window",
+    "window_collectives": "calls of the session's own collectives (barrier, agree_max) between "
+                          "the two barriers of the window: 0, the window holds training steps "
+                          "only",
     "chunks": "the window's chunks, {steps, seconds} each: the device is synchronized only "
               "between chunks",
     "window_s": "the window on this rank's own monotonic clock, from the start barrier to the "
@@ -54,6 +66,9 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                                 "in a failure's report under the heap cap)",
     "memory_capacity_bytes": "how much of that quantity the rank could have",
     "host": "host name of the reporting process",
+    "collective_env": "the collectives' and launchers' environment as this process saw it "
+                      "(scaling.workers.collective_env; a launcher may add its own, such as "
+                      "horovodrun's NCCL_SOCKET_IFNAME)",
     "world_size": "processes in the cell (launchers that set WORLD_SIZE)",
     "amp_dtype": "the autocast dtype under mixed precision, or null",
     "compile_s": "seconds that compilation took, before the warm-up",
@@ -109,7 +124,7 @@ RECORD_FIELDS: Dict[str, str] = {
     "global_batch_size": "batch_size x total_devices",
     "image_size": "square input side",
     "steps": "timed steps asked for",
-    "warmup": "untimed steps first",
+    "warmup": "untimed steps first (under min_time_s, at least 5 run)",
     "repeat": "repeat index",
     "purpose": "sweep, maxbatch for max-batch trials, or allreduce for the collective "
                "benchmark (scaling allreduce)",
@@ -120,7 +135,8 @@ RECORD_FIELDS: Dict[str, str] = {
     "memory_limit": "per-device memory cap on CPU, bytes",
     "options": "framework options",
     "timeout_s": "seconds before the process tree is killed",
-    "min_time_s": "seconds the timed window lasts at least (it goes on by whole chunks)",
+    "min_time_s": "seconds the timed window is planned to last at least, by whole chunks at "
+                  "the warm-up's step time",
     "profile": "whether a few steps ran under the profiler after the window",
     "variant": "the sweep's name for this environment of the framework (tensorflow@tf215), or "
                "empty",
@@ -129,6 +145,10 @@ RECORD_FIELDS: Dict[str, str] = {
             "empty for synthetic data (one batch on the device)",
     "loader_workers": "loader worker processes decoding real images (tf.data: threads); 0: "
                       "the training process",
+    "collective_env": "the environment that tunes the collectives and launchers (NCCL_*, "
+                      "HOROVOD_*, GLOO_*, MXNET_*, XLA_FLAGS, TensorFlow's TF_* settings; "
+                      "scaling.workers.collective_env.PREFIXES), captured when the cell was made, "
+                      "part of its identity; the workers ran with exactly these",
     "loader_images_per_sec": "with data: images/sec out of the input pipeline alone, same "
                              "workers and shards, no model, all ranks together",
     "synthetic_images_per_sec": "with data: images/sec of the same cell on a synthetic "
@@ -144,6 +164,8 @@ RECORD_FIELDS: Dict[str, str] = {
     "images_per_sec_ci95": "[low, high]: 95% interval of images_per_sec from the chunk times",
     "timed_images": "global images over the timed window",
     "timed_window_s": "the longest rank window, seconds",
+    "steps_planned": "the largest of the ranks' planned steps (their rank reports'), agreed "
+                     "before the window",
     "steps_timed": "steps each rank timed",
     "step_breakdown": "with profile: {compute, communication, idle} fractions of a step, the "
                       "mean over ranks",

@@ -177,3 +177,26 @@ def test_two_nodes_meet_at_node_zeros_gloo_rendezvous_and_make_one_record(out_di
     assert record["status"] == "ok", record["error"]
     assert sorted(r["rank"] for r in rank_reports(record)) == [0, 1]
     assert record["timed_images"] == 4 * 2 * record["steps_timed"]
+
+
+@pytest.mark.slow
+def test_two_fusion_thresholds_are_two_cells_each_naming_its_own(tmp_path, out_dir):
+    """The same cell swept under two values of HOROVOD_FUSION_THRESHOLD: ``--resume`` runs the
+    second as a cell of its own and skips a repeat of the first, and every rank ran with its
+    cell's value. Under a minimum time, the ranks agree on the window's steps through Horovod's
+    allreduce, outside the window."""
+    sweep = write_sweep(tmp_path / "fusion.yaml", devices=[2], min_time_s=0.5,
+                        frameworks={"torch": {"launchers": ["horovod"]}})
+    for threshold in ("0", "1048576", "0"):
+        scaling_cli_ok("sweep", sweep, "--out", out_dir, "--resume",
+                       env={**os.environ, "HOROVOD_FUSION_THRESHOLD": threshold})
+    records = read_records(out_dir)
+    assert sorted(r["collective_env"]["HOROVOD_FUSION_THRESHOLD"] for r in records) == \
+        ["0", "1048576"]
+    assert len({record["cell"] for record in records}) == 2
+    for record in records:
+        assert record["status"] == "ok", record["error"]
+        for report in rank_reports(record):
+            assert report["collective_env"]["HOROVOD_FUSION_THRESHOLD"] == \
+                record["collective_env"]["HOROVOD_FUSION_THRESHOLD"]
+            assert report["window_collectives"] == 0

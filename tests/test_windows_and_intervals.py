@@ -13,9 +13,9 @@ from scipy import stats
 
 from scaling.report.tables import with_scaling
 from scaling.uncertainty import throughput_interval
-from scaling.workers.loop import chunk_length
+from scaling.workers.loop import chunk_length, planned_steps, warmup_steps
 
-TINY = ("--workload", "cifar10", "--image-size", "16", "--batch-size", "4", "--warmup", "1")
+TINY = ("--workload", "cifar10", "--image-size", "16", "--batch-size", "4")
 MIN_TIME_S = 1.5
 
 
@@ -32,42 +32,58 @@ def t_interval(images_per_sec: float, chunks) -> list:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework, launcher", [
-    ("torch", "torchrun"),
-    ("tensorflow", "tf-mirrored"),
-    ("tensorflow", "tf-multiworker"),
-    ("mxnet", "mxnet-kvstore"),
+@pytest.mark.parametrize("framework, launcher, mode, min_time_s", [
+    ("torch", "torchrun", "train", 2 * MIN_TIME_S),
+    ("tensorflow", "tf-mirrored", "forward", MIN_TIME_S),
+    ("tensorflow", "tf-multiworker", "forward", MIN_TIME_S),
+    ("mxnet", "mxnet-kvstore", "forward", MIN_TIME_S),
 ])
-def test_min_time_extends_the_window_by_whole_chunks_on_every_rank(out_dir, framework, launcher):
-    """Twenty tiny forward steps (no backward pass, no collective) take a small fraction of
-    ``MIN_TIME_S`` even on a loaded machine; the ranks then go on together, by whole chunks,
-    until every one of them has timed ``MIN_TIME_S``, and not a chunk longer."""
+def test_min_time_plans_whole_chunks_before_the_window_and_it_holds_only_steps(
+        out_dir, framework, launcher, mode, min_time_s):
+    """Twenty tiny steps take a fraction of ``min_time_s`` even on a loaded machine (up to 0.1 s
+    a training step). Each rank plans the whole chunks more that fill it at its warm-up's pace,
+    the ranks time the largest plan, and between the window's barriers no collective of the
+    harness runs: under torchrun's training, only the gradients' allreduce communicates."""
     scaling_cli_ok("run", "--framework", framework, "--launcher", launcher, *TINY,
-                   "--mode", "forward", "--devices", 2, "--steps", 20, "--min-time", MIN_TIME_S,
-                   "--out", out_dir)
+                   "--warmup", 6, "--mode", mode, "--devices", 2, "--steps", 20,
+                   "--min-time", min_time_s, "--out", out_dir)
     [record] = read_records(out_dir)
     assert record["status"] == "ok", record["error"]
-    assert record["min_time_s"] == MIN_TIME_S and record["timed_window_s"] >= MIN_TIME_S
+    assert record["min_time_s"] == min_time_s and record["timed_window_s"] >= min_time_s
     assert record["steps_timed"] > 20 and record["steps_timed"] % chunk_length(20) == 0
     reports = rank_reports(record)
-    assert {report["steps_timed"] for report in reports} == {record["steps_timed"]}
+    cell = {"steps": 20, "min_time_s": min_time_s}
     for report in reports:
+        assert report["window_collectives"] == 0 and report["windows"] in (1, 2)
+        assert report["steps_planned"] == planned_steps(cell, report["calibration_step_s"])
+        assert report["steps_timed"] == record["steps_timed"]
+        assert {chunk["steps"] for chunk in report["chunks"]} == {chunk_length(20)}
         assert sum(chunk["steps"] for chunk in report["chunks"]) == report["steps_timed"]
-        assert MIN_TIME_S <= sum(chunk["seconds"] for chunk in report["chunks"]) \
+        assert min_time_s <= sum(chunk["seconds"] for chunk in report["chunks"]) \
             <= report["window_s"]
-    assert any(sum(chunk["seconds"] for chunk in report["chunks"][:-1]) < MIN_TIME_S
-               for report in reports)
+    assert record["steps_planned"] == max(report["steps_planned"] for report in reports) \
+        == record["steps_timed"]
     check_images_per_sec(record, 4 * 2 * record["steps_timed"])
     slowest = max(reports, key=lambda report: report["window_s"])
     assert record["images_per_sec_ci95"] == pytest.approx(
         t_interval(record["images_per_sec"], slowest["chunks"]))
 
 
+def test_the_plan_adds_whole_chunks_to_the_asked_steps_after_a_warm_up_that_calibrates():
+    cell = {"steps": 25, "min_time_s": 2.0}
+    assert [warmup_steps({**cell, "warmup": warmup}) for warmup in (0, 1, 5, 6)] == [5, 5, 5, 6]
+    assert warmup_steps({**cell, "warmup": 0, "min_time_s": 0.0}) == 0
+    assert planned_steps({**cell, "min_time_s": 0.0}, None) == 25
+    assert planned_steps(cell, 1.0) == 25  # the asked steps already last longer
+    # 1.2 x 2 s at 0.01 s a step: 240 steps, 215 beyond the asked 25, in chunks of 2: 216.
+    assert planned_steps(cell, 0.01) == 25 + 216
+
+
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory) -> dict:
     """One rank, 25 steps, no minimum time."""
     out = tmp_path_factory.mktemp("plain") / "out"
-    scaling_cli_ok("run", *TINY, "--steps", 25, "--out", out)
+    scaling_cli_ok("run", *TINY, "--warmup", 1, "--steps", 25, "--out", out)
     [record] = read_records(out)
     assert record["status"] == "ok", record["error"]
     return record

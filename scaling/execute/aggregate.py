@@ -90,6 +90,7 @@ def _metrics(reports: List[Dict]) -> Dict:
         "images_per_sec_ci95": throughput_interval(images / window, slowest["chunks"]),
         "timed_images": images,
         "timed_window_s": window,
+        "steps_planned": max(r["steps_planned"] for r in reports),
         "steps_timed": slowest["steps_timed"],
         "step_breakdown": _mean_breakdown(reports),
         "step_time_median_s": statistics.median(r["step_time_median_s"] for r in reports),

@@ -30,6 +30,7 @@ from scaling.frameworks import get_framework, missing_framework
 from scaling.launchers import default_python, get_launcher
 from scaling.peaks import COMPUTE_FIELDS, compute_facts
 from scaling.placement import Placement, local_placement
+from scaling.workers import collective_env
 from scaling.workers.common import write_json_atomically
 
 REPORT_GRACE_S = 30.0
@@ -98,8 +99,9 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
                        started_at, 0.0, token=None)
     ensure_cell_ceiling(out_dir, cell, python)
     argv = launcher.command(cell, placement, str(cell_dir), python)
-    env = worker_env(framework.env, launcher.env(cell, placement), memory_cap_env(cell),
-                     extra_env or {})
+    env = collective_env.exactly(
+        worker_env(framework.env, launcher.env(cell, placement), memory_cap_env(cell),
+                   extra_env or {}), cell.collective_env)
     token = uuid.uuid4().hex
     log = "launcher.log" if placement.node_rank == 0 else f"launcher-node{placement.node_rank}.log"
     waited_s = None

@@ -86,10 +86,8 @@ class NoParallel:
     def barrier(self) -> None:
         """One process: nothing to wait for."""
 
-    def any_rank(self, flag: bool) -> bool:
-        return flag
-
-    def total(self, value: float) -> float:
+    def maximum(self, value: int) -> int:
+        """The largest ``value`` of the cell's processes: this one's."""
         return value
 
     def finish(self) -> None:
@@ -153,15 +151,12 @@ class DistributedParallel(MeshParallel):
 
         multihost_utils.sync_global_devices("scaling barrier")
 
-    def any_rank(self, flag: bool) -> bool:
-        return bool(self.total(float(flag)))
-
-    def total(self, value: float) -> float:
-        """The sum of ``value`` over the processes."""
+    def maximum(self, value: int) -> int:
+        """The largest ``value`` of the processes."""
         import numpy
         from jax.experimental import multihost_utils
 
-        return float(numpy.sum(multihost_utils.process_allgather(numpy.array([value]))))
+        return int(numpy.max(multihost_utils.process_allgather(numpy.array([value]))))
 
     def finish(self) -> None:
         self.jax.distributed.shutdown()

@@ -243,8 +243,8 @@ class JaxSession:
     def barrier(self) -> None:
         self.parallel.barrier()
 
-    def any_rank(self, flag: bool) -> bool:
-        return self.parallel.any_rank(flag)
+    def agree_max(self, value: int) -> int:
+        return self.parallel.maximum(value)
 
     def profile(self, steps: int, path: str) -> bool:
         from scaling.workers import jax_profile

@@ -6,8 +6,8 @@ A framework supplies a *session* built for one process of a cell:
 - ``step()``: one training step;
 - ``synchronize()``: wait for the device to finish the work queued so far;
 - ``barrier()``: wait for every process of the cell;
-- ``any_rank(flag)``: whether ``flag`` is true on any process of the cell (a collective; every
-  process calls it at the same point);
+- ``agree_max(value)``: the largest of the integer ``value`` over the processes of the cell (a
+  collective; every process calls it at the same point), before the window only;
 - ``step_timer()``, optional: an object with ``mark()`` and ``step_times()``, for frameworks
   with device events (chunk means otherwise);
 - ``profile(steps, path)``, optional: run ``steps`` steps under the framework's profiler, write
@@ -39,6 +39,8 @@ only, so that it runs under every framework's interpreter.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import signal
 import socket
@@ -48,7 +50,7 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-from scaling.workers import common, input_data
+from scaling.workers import collective_env, common, input_data
 from scaling.workers.breakdown import (PROFILE_STEPS, breakdown_of_trace,
                                        with_exposed_communication)
 from scaling.workers.collective import gradient_allreduce, time_sizes
@@ -60,54 +62,150 @@ def chunk_length(steps: int) -> int:
     return max(1, steps // 10)
 
 
-def timed_window(session, cell: Dict, faults: common.FaultInjector) -> Dict:
-    """Warm up, then time at least ``cell["steps"]`` steps, and at least ``min_time_s`` seconds,
-    between two barriers on this rank's own clock.
+CALIBRATION_SKIP = 2
+"""Warm-up steps left out of the calibration under ``min_time_s``: the first steps run slow
+(allocation, tracing, autotuning, cold caches)."""
 
-    The device is synchronized only at chunk boundaries, every :func:`chunk_length` steps, never
-    inside a chunk. Once the asked steps are done, every rank goes on by whole chunks while any
-    of them has not yet reached ``min_time_s`` (``session.any_rank`` decides it together, so
-    all ranks time the same steps). The window starts when every rank has left the start
-    barrier and ends when every rank has reached the end barrier, so each rank's window covers
-    all ranks' timed work. Clocks of different hosts are never compared.
+CALIBRATION_STEPS = 3
+"""Warm-up steps, at least, timed after those for the calibration under ``min_time_s``."""
 
-    Step times come from the session's device events where it has them (``step_timer``), and
-    from the chunk means otherwise.
-    """
-    for index in range(cell["warmup"]):
+PLAN_MARGIN = 1.2
+"""A window under ``min_time_s`` is planned to last this much longer: the warm-up's steps,
+which still run a little slow (about 10% in tiny cells on a loaded 2-core machine), make the
+planned count short."""
+
+MAX_WINDOWS = 2
+"""Windows timed at most under ``min_time_s``: one that fell short of it on any rank is timed
+again, planned on its own pace (tiny TensorFlow steps ran 40-60% faster in the window than in
+the warm-up)."""
+
+SESSION_COLLECTIVES = ("barrier", "agree_max")
+"""The session's methods that communicate across ranks, counted inside the window."""
+
+
+def warmup_steps(cell: Dict) -> int:
+    """The warm-up's steps: the cell's ``warmup``, and under ``min_time_s`` at least
+    :data:`CALIBRATION_STEPS` more than :data:`CALIBRATION_SKIP`, so that the window is planned
+    on steps after the slow first ones."""
+    if cell.get("min_time_s", 0.0) > 0:
+        return max(cell["warmup"], CALIBRATION_SKIP + CALIBRATION_STEPS)
+    return cell["warmup"]
+
+
+def warm_up(session, cell: Dict, faults: common.FaultInjector) -> Optional[float]:
+    """Run the :func:`warmup_steps` and, under ``min_time_s``, return the mean time of those
+    after the first :data:`CALIBRATION_SKIP` (None otherwise). The device is synchronized at the
+    edges of the timed steps only."""
+    count, started = warmup_steps(cell), None
+    for index in range(count):
+        if index == CALIBRATION_SKIP and cell.get("min_time_s", 0.0) > 0:
+            session.synchronize()
+            started = time.perf_counter()
         faults.at_step(index)
         common.clear_errno()
         session.step()
     session.synchronize()
+    return None if started is None else \
+        (time.perf_counter() - started) / (count - CALIBRATION_SKIP)
+
+
+def planned_steps(cell: Dict, step_s: Optional[float]) -> int:
+    """The steps this rank would time: the asked steps, and under ``min_time_s`` as many whole
+    chunks more as the calibrated ``step_s`` says fill :data:`PLAN_MARGIN` x ``min_time_s``."""
+    steps, min_time_s = cell["steps"], cell.get("min_time_s", 0.0)
+    if not min_time_s or not step_s:
+        return steps
+    length = chunk_length(steps)
+    missing = PLAN_MARGIN * min_time_s / step_s - steps
+    return steps + length * max(0, math.ceil(missing / length))
+
+
+@contextlib.contextmanager
+def collectives_counted(session):
+    """While the block runs, count the calls of the session's :data:`SESSION_COLLECTIVES`
+    (``counted["calls"]``), through wrappers that shadow its methods and go on leaving."""
+    counted = {"calls": 0}
+
+    def counting(method):
+        def call(*args, **kwargs):
+            counted["calls"] += 1
+            return method(*args, **kwargs)
+        return call
+
+    names = [name for name in SESSION_COLLECTIVES if hasattr(session, name)]
+    for name in names:
+        setattr(session, name, counting(getattr(session, name)))
+    try:
+        yield counted
+    finally:
+        for name in names:
+            delattr(session, name)
+
+
+def timed_window(session, cell: Dict, faults: common.FaultInjector) -> Dict:
+    """Warm up, then time a number of steps decided before the window, between two barriers on
+    this rank's own clock (:func:`one_window`).
+
+    The window times the asked ``cell["steps"]``; under ``min_time_s``, enough whole chunks more
+    to last that long at the warm-up's step time (:func:`warm_up`, :func:`planned_steps`), the
+    largest count of any rank, agreed once (``session.agree_max``) before the start barrier, so
+    all ranks time the same steps. Where a window fell short of ``min_time_s`` on any rank
+    (agreed after its end barrier), it is timed again, up to :data:`MAX_WINDOWS` in all,
+    planned on its own pace; ``windows`` says how many were timed, and the last one counts.
+    """
+    step_s, first, min_time_s = warm_up(session, cell, faults), warmup_steps(cell), \
+        cell.get("min_time_s", 0.0)
+    for windows in range(1, MAX_WINDOWS + 1):
+        own = planned_steps(cell, step_s)
+        planned = session.agree_max(own) if min_time_s > 0 else own
+        window = one_window(session, cell, faults, planned, first)
+        window.update(calibration_step_s=step_s, steps_planned=own, windows=windows)
+        if windows == MAX_WINDOWS or not min_time_s or \
+                not session.agree_max(int(window["window_s"] < min_time_s)):
+            return window
+        first += planned
+        step_s = sum(chunk["seconds"] for chunk in window["chunks"]) / planned
+
+
+def one_window(session, cell: Dict, faults: common.FaultInjector, planned: int,
+               first: int) -> Dict:
+    """Time ``planned`` steps, the first of them the cell's step number ``first``, between two
+    barriers. The window holds training steps only: the device is synchronized at chunk
+    boundaries, every :func:`chunk_length` steps, never inside a chunk, and no collective of
+    the session runs in it (``window_collectives`` counts them). The window starts when every
+    rank has left the start barrier and ends when every rank has reached the end barrier, so
+    each rank's window covers all ranks' timed work. Clocks of different hosts are never
+    compared. Step times come from the session's device events where it has them
+    (``step_timer``), and from the chunk means otherwise."""
     session.barrier()
     timer = session.step_timer() if hasattr(session, "step_timer") else None
-    length, min_time_s = chunk_length(cell["steps"]), cell.get("min_time_s", 0.0)
-    chunks, steps = [], 0
-    start_wall = time.time()
-    start = chunk_start = time.perf_counter()
-    if timer:
-        timer.mark()
-    while steps < cell["steps"] or (
-            min_time_s > 0 and session.any_rank(chunk_start - start < min_time_s)):
-        count = min(length, cell["steps"] - steps) if steps < cell["steps"] else length
-        for _ in range(count):
-            faults.at_step(cell["warmup"] + steps)
-            common.clear_errno()
-            session.step()
-            steps += 1
-            if timer:
-                timer.mark()
-        session.synchronize()
-        chunk_end = time.perf_counter()
-        chunks.append({"steps": count, "seconds": chunk_end - chunk_start})
-        chunk_start = chunk_end
+    length, chunks, steps = chunk_length(cell["steps"]), [], 0
+    with collectives_counted(session) as collectives:
+        start_wall = time.time()
+        start = chunk_start = time.perf_counter()
+        if timer:
+            timer.mark()
+        while steps < planned:
+            count = min(length, planned - steps)
+            for _ in range(count):
+                faults.at_step(first + steps)
+                common.clear_errno()
+                session.step()
+                steps += 1
+                if timer:
+                    timer.mark()
+            session.synchronize()
+            chunk_end = time.perf_counter()
+            chunks.append({"steps": count, "seconds": chunk_end - chunk_start})
+            chunk_start = chunk_end
     session.barrier()
     window = time.perf_counter() - start
     times = common.step_time_summary(
         timer.step_times() if timer else [c["seconds"] / c["steps"] for c in chunks])
     return {
         "start": start_wall, "end": start_wall + window, "window_s": window,
-        "steps_timed": steps, "images": session.images_per_step * steps, "chunks": chunks,
+        "steps_timed": steps, "window_collectives": collectives["calls"],
+        "images": session.images_per_step * steps, "chunks": chunks,
         "step_time_median_s": times["median"], "step_time_p95_s": times["p95"],
     }
 
@@ -263,6 +361,7 @@ def _local_seconds(session, count: int, beside) -> float:
         common.apply_memory_limit(cell["memory_limit"])
     with common.reporting(cell_dir, rank) as report:
         report["host"] = socket.gethostname()
+        report["collective_env"] = collective_env.capture(os.environ)
         if cell["purpose"] == "allreduce":
             measured = collective(cell, report, rank)
             report.update(time_sizes(measured, cell["sizes"]))

@@ -51,6 +51,10 @@ class KvstoreParallel:
         """The sum of ``value`` over the cell's processes: this one holds every context."""
         return value
 
+    def maximum(self, mx, value: int) -> int:
+        """The largest ``value`` of the cell's processes: this one's."""
+        return value
+
     def summer(self, mx, arrays):
         """A function that sums ``arrays`` (one per context) in place over the cell: a
         ``pushpull`` through a kvstore of the cell's kind, under a key of their own."""
@@ -88,6 +92,10 @@ class HorovodParallel:
     def total(self, mx, value: float) -> float:
         """The sum of ``value`` over the Horovod ranks."""
         return float(self.hvd.allreduce(mx.nd.array([value]), op=self.hvd.Sum).asscalar())
+
+    def maximum(self, mx, value: int) -> int:
+        """The largest ``value`` of the Horovod ranks."""
+        return int(self.hvd.allreduce(mx.nd.array([value]), op=self.hvd.Max).asscalar())
 
     def summer(self, mx, arrays):
         """A function that sums this rank's one array in place over the Horovod ranks."""
@@ -207,8 +215,8 @@ class MxnetSession:
         context, so there is no other rank to wait for."""
         self.parallel.total(self.mx, 1.0)
 
-    def any_rank(self, flag: bool) -> bool:
-        return self.parallel.total(self.mx, float(flag)) > 0
+    def agree_max(self, value: int) -> int:
+        return int(self.parallel.maximum(self.mx, value))
 
     def profile(self, steps: int, path: str) -> bool:
         profiler = self.mx.profiler

@@ -4,7 +4,7 @@
 Each makes the tf.distribute strategy that the model is built and stepped under, and says what
 the session does differently under it: the process's first GPU, how the gradients are
 aggregated, what is broadcast once the model is built, which replicas the process drives and
-how a value is summed over the cell.
+how a value is summed, and its maximum taken, over the cell.
 
 - ``mirrored``: MirroredStrategy over this process's devices (NCCL on GPU, a reduction to one
   device on CPU);
@@ -73,6 +73,11 @@ class Plain:
 
         return total
 
+    def maximum(self, strategy, value: int) -> int:
+        """The largest ``value`` of the cell's processes: this one's (the strategy's replicas
+        are all in this process)."""
+        return value
+
     def allreduce_function(self, strategy):
         """A tf.function that sums per-replica values over every replica of the cell, through
         the strategy's cross-device (or collective) ops, returning each replica's sum."""
@@ -99,6 +104,19 @@ class Mirrored(Plain):
 
 class MultiWorker(Plain):
     """One worker of a MultiWorkerMirroredStrategy cluster; TF_CONFIG names the others."""
+
+    def maximum(self, strategy, value: int) -> int:
+        """The largest ``value`` of the workers, gathered by every replica of the cluster (the
+        strategy reduces by sum and mean only)."""
+        tf = self.tf
+
+        def replica_max(value):
+            return tf.reduce_max(tf.distribute.get_replica_context().all_gather(
+                tf.identity(value), axis=0))
+
+        results = strategy.experimental_local_results(
+            strategy.run(tf.function(replica_max), args=(tf.constant([float(value)]),)))
+        return int(results[0].numpy())
 
     def make_strategy(self, devices):
         experimental = self.tf.distribute.experimental
@@ -151,6 +169,10 @@ class Horovod(Plain):
     def sum_function(self, strategy):
         hvd = self.hvd
         return self.tf.function(lambda value: hvd.allreduce(value, op=hvd.Sum))
+
+    def maximum(self, strategy, value: int) -> int:
+        hvd = self.hvd
+        return int(hvd.allreduce(self.tf.constant([value]), op=hvd.Max).numpy()[0])
 
     def allreduce_function(self, strategy):
         return self.sum_function(strategy)

@@ -280,8 +280,8 @@ class TensorFlowSession:
     def barrier(self) -> None:
         self._total(self.tf.constant(1.0)).numpy()
 
-    def any_rank(self, flag: bool) -> bool:
-        return bool(self._total(self.tf.constant(float(flag))).numpy() > 0)
+    def agree_max(self, value: int) -> int:
+        return self.parallel.maximum(self.strategy, value)
 
     def collective(self) -> TensorFlowCollective:
         """The allreduce of the strategy that aggregates this session's gradients."""

@@ -190,8 +190,8 @@ class TorchSession:
     def barrier(self) -> None:
         self.parallel.barrier()
 
-    def any_rank(self, flag: bool) -> bool:
-        return bool(self.parallel.max(self.torch.tensor([int(flag)], device=self.device)).item())
+    def agree_max(self, value: int) -> int:
+        return int(self.parallel.max(self.torch.tensor([value], device=self.device)).item())
 
     def profile(self, steps: int, path: str) -> bool:
         from torch.profiler import ProfilerActivity, profile
