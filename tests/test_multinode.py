@@ -34,3 +34,10 @@ def test_two_nodes_make_one_record_that_counts_both_nodes_images(out_dir):
     reports = rank_reports(record)
     assert sorted(r["rank"] for r in reports) == [0, 1]
     check_images_per_sec(record, 4 * 3 * 2)
+    # each node noted its fingerprint before its ranks started; both "nodes" are this machine
+    cell_dir = out_dir / "cells" / record["cell"]
+    assert sorted(path.name for path in cell_dir.glob("fingerprint-node*.json")) == \
+        ["fingerprint-node0.json", "fingerprint-node1.json"]
+    [(host, name)] = record["fingerprint"].items()
+    assert (out_dir / "fingerprints" / f"{name}.json").exists()
+    assert len(record["rank_step_s"]) == 2 and record["straggler_host"] == host
