@@ -238,6 +238,35 @@ def input_references(session, cell: Dict, faults: common.FaultInjector) -> Dict:
                                  "images": synthetic["images"]}}
 
 
+def timed_local_chunks(session, steps: int, beside=None) -> list:
+    """The mean seconds of one local step in each chunk of :func:`chunk_length` steps, on every
+    rank at once between two barriers. ``beside``: a function run in a second thread through
+    each step (joined after it, outside the step's time)."""
+    session.barrier()
+    length = chunk_length(steps)
+    means = [_local_seconds(session, min(length, steps - start), beside)
+             / min(length, steps - start) for start in range(0, steps, length)]
+    session.barrier()
+    return means
+
+
+def _local_seconds(session, count: int, beside) -> float:
+    """Seconds of ``count`` local steps, each with ``beside`` running in a second thread."""
+    if beside is None:
+        started = time.perf_counter()
+        session.local_steps(count)
+        return time.perf_counter() - started
+    seconds = 0.0
+    for _ in range(count):
+        thread = threading.Thread(target=beside)
+        started = time.perf_counter()
+        thread.start()
+        session.local_steps(1)
+        seconds += time.perf_counter() - started
+        thread.join()
+    return seconds
+
+
 def contended_compute(session, cell: Dict) -> Dict:
     """After the window of a sweep cell with a backward pass: ``steps`` forward and backward
     passes with nothing aggregated, on every rank at once, timed in chunks (their means give
@@ -328,35 +357,6 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
     common.die_with_parent()
     watch_for_signals(cell_dir, rank)
     cell = common.load_cell(cell_dir)
-def timed_local_chunks(session, steps: int, beside=None) -> list:
-    """The mean seconds of one local step in each chunk of :func:`chunk_length` steps, on every
-    rank at once between two barriers. ``beside``: a function run in a second thread through
-    each step (joined after it, outside the step's time)."""
-    session.barrier()
-    length = chunk_length(steps)
-    means = [_local_seconds(session, min(length, steps - start), beside)
-             / min(length, steps - start) for start in range(0, steps, length)]
-    session.barrier()
-    return means
-
-
-def _local_seconds(session, count: int, beside) -> float:
-    """Seconds of ``count`` local steps, each with ``beside`` running in a second thread."""
-    if beside is None:
-        started = time.perf_counter()
-        session.local_steps(count)
-        return time.perf_counter() - started
-    seconds = 0.0
-    for _ in range(count):
-        thread = threading.Thread(target=beside)
-        started = time.perf_counter()
-        thread.start()
-        session.local_steps(1)
-        seconds += time.perf_counter() - started
-        thread.join()
-    return seconds
-
-
     if cap_heap:
         common.apply_memory_limit(cell["memory_limit"])
     with common.reporting(cell_dir, rank) as report:
