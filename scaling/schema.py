@@ -200,9 +200,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "images_per_joule": "timed images over the GPUs' energy in the window (node 0's energy x "
                         "nodes); null without an energy reading",
     "flops_per_image": "FLOPs of one image in the cell's mode (multiply-add = 2; forward, or "
-                       "forward and backward), by the framework's own counter (torch's "
-                       "FlopCounterMode, TensorFlow's graph cost analysis; for MXNet, torch's "
-                       "count of the same architecture)",
+                       "forward and backward), counted on the framework's own graph (torch's "
+                       "meta-device run, TensorFlow's traced step, JAX's jaxpr, MXNet's symbol "
+                       "graph) by torch's FlopCounterMode rules",
     "gradient_bytes": "what one step's gradient aggregation communicates per replica: the "
                       "trainable parameters' gradients, bytes (null in forward mode)",
     "precision": "fp32, bf16 or fp16",

@@ -113,6 +113,7 @@ def test_keras_workloads_match_pytorch_parameter_counts_within_one_percent():
         assert abs(keras_counts[name] - count) / count < 0.01, name
     assert keras_counts["alexnet"] == torch_counts["alexnet"] == 61_100_840
     assert keras_counts["googlenet"] == torch_counts["googlenet"]
+    assert keras_counts["resnet50"] == torch_counts["resnet50"] == 25_557_032
     assert keras_counts["cifar10"] == torch_counts["cifar10"]
     assert keras_counts["mnist_mlp"] == torch_counts["mnist_mlp"] == 2_797_010
 

@@ -65,8 +65,8 @@ register(Workload(
 ))
 register(Workload(
     name="resnet50", input_size=224, classes=1000, min_image_size=32,
-    notes=("keras.applications' convolutions carry biases: +0.1% parameters over torchvision; "
-           "gluon's resnet50_v1 has +0.07%."),
+    notes=("torchvision's v1.5 in every framework: the stride on each bottleneck's 3x3 "
+           "convolution (keras.applications' ResNet50 and gluon's resnet50_v1 are v1)."),
 ))
 register(Workload(
     name="inception_v3", input_size=299, classes=1000, min_image_size=75,

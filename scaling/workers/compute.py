@@ -1,13 +1,14 @@
 """Compute facts a worker measures before its warm-up, outside the timed window: the FLOPs of one
-image in the cell's mode, counted by the framework's own counter, and a probe of the
+image in the cell's mode, counted on the framework's own graph by torch's rules, and a probe of the
 matrix-product speed of one device at the cell's threads (beside the other ranks' probes: a
 sentinel of the machine's speed; on CPU, ``mfu`` divides by the node's ceiling measured alone,
 ``scaling.execute.ceiling``).
 
 FLOPs count a multiply-add as two. ``forward`` counts the forward pass; ``forward_backward``
-and ``train`` count forward and backward (the counters see convolutions and matrix products,
-which is where the work is; an optimizer update is elementwise). Standard library at import;
-each function imports its framework.
+and ``train`` count forward and backward (convolutions and matrix products, which is where the
+work is, as torch's ``FlopCounterMode`` counts them; an optimizer update is elementwise; JAX's
+and MXNet's counts are ``jax_flops`` and ``mxnet_flops``). Standard library at import; each
+function imports its framework.
 """
 
 from __future__ import annotations
