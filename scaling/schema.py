@@ -243,7 +243,7 @@ RECORD_FIELDS: Dict[str, str] = {
     "cpu_cores": "its cores",
     "harness_version": "version of this harness",
     "started_at": "UTC start time",
-    "fingerprint": "each host's fingerprint hash, {host: hash}: the node's versions, clocks, "
+    "fingerprint": "each node's fingerprint hash, by node rank: the node's versions, clocks, "
                    "topology, CPU, container and collective environment, in "
                    "OUT/fingerprints/HASH.json (scaling.execute.fingerprint); null where no "
                    "node started the cell",

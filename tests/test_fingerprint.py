@@ -136,8 +136,7 @@ def test_system_libraries_are_read_from_their_file_names(tmp_path):
 def fingerprinted_run(out_dir, node, records):
     """``records`` in ``out_dir``, each referencing ``node``'s fingerprint stored there."""
     name = fingerprint.store(out_dir, node)
-    return write_records(out_dir, [{**record, "fingerprint": {node["host"]: name}}
-                                   for record in records])
+    return write_records(out_dir, [{**record, "fingerprint": [name]} for record in records])
 
 
 RECORDED = [recorded_cell(1, 100.0), recorded_cell(2, 190.0)]
@@ -160,9 +159,8 @@ def test_compare_names_the_fingerprint_field_that_changed(tmp_path, gpu_node):
 
 def test_the_provenance_lists_the_fingerprints_and_how_nodes_differ(tmp_path, gpu_node):
     other = {**gpu_node, "host": "node2", "gpu": {**gpu_node["gpu"], "driver": "535.104.05"}}
-    records = [{**recorded_cell(2, 190.0), "fingerprint": {
-        gpu_node["host"]: fingerprint.store(tmp_path, gpu_node),
-        "node2": fingerprint.store(tmp_path, other)}}]
+    records = [{**recorded_cell(2, 190.0), "fingerprint": [fingerprint.store(tmp_path, gpu_node),
+                                                          fingerprint.store(tmp_path, other)]}]
     found = provenance(tmp_path, records)
     assert sorted(entry["host"] for entry in found["fingerprints"]) == \
         sorted([gpu_node["host"], "node2"])

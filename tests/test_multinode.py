@@ -38,6 +38,6 @@ def test_two_nodes_make_one_record_that_counts_both_nodes_images(out_dir):
     cell_dir = out_dir / "cells" / record["cell"]
     assert sorted(path.name for path in cell_dir.glob("fingerprint-node*.json")) == \
         ["fingerprint-node0.json", "fingerprint-node1.json"]
-    [(host, name)] = record["fingerprint"].items()
-    assert (out_dir / "fingerprints" / f"{name}.json").exists()
-    assert len(record["rank_step_s"]) == 2 and record["straggler_host"] == host
+    [name, same] = record["fingerprint"]
+    assert same == name and (out_dir / "fingerprints" / f"{name}.json").exists()
+    assert len(record["rank_step_s"]) == 2 and record["straggler_host"] == record["host"]

@@ -14,7 +14,8 @@ the cells of one sweep on one node share one fingerprint.
 Each is written to ``OUT/fingerprints/HASH.json``, named by a hash of its canonical JSON, so
 the same node in the same state is one file however many cells it ran. Each node of a cell
 notes its hash in the cell's folder (``cells/CELL/fingerprint-nodeN.json``) before its ranks
-start, and the record's ``fingerprint`` maps each host to its hash.
+start, and the record's ``fingerprint`` lists the hashes by node rank (so two nodes that share
+a host name stay two).
 """
 
 from __future__ import annotations
@@ -252,17 +253,20 @@ def take(out_dir, cell_dir: Path, node_rank: int, python: str,
     """Gather and store this node's fingerprint and note its hash in the cell's folder;
     the fingerprint."""
     fingerprint = gather(python, collective_env)
-    write_json_atomically(Path(cell_dir) / f"fingerprint-node{node_rank}.json",
-                          {"host": fingerprint["host"], "fingerprint": store(out_dir, fingerprint)})
+    write_json_atomically(_note(cell_dir, node_rank), store(out_dir, fingerprint))
     return fingerprint
 
 
-def noted(cell_dir: Path) -> Optional[Dict[str, str]]:
-    """Each host's fingerprint hash that the cell's nodes noted; null where none did (a cell
-    that a scheduler ended before it started)."""
-    notes = [json.loads(path.read_text())
-             for path in sorted(Path(cell_dir).glob("fingerprint-node*.json"))]
-    return {note["host"]: note["fingerprint"] for note in notes} or None
+def _note(cell_dir, node_rank: int) -> Path:
+    return Path(cell_dir) / f"fingerprint-node{node_rank}.json"
+
+
+def noted(cell_dir, nodes: int) -> Optional[List[Optional[str]]]:
+    """The fingerprint hash each of the cell's ``nodes`` noted, by node rank (null for a node
+    that noted none); null where none did (a cell a scheduler ended before it started)."""
+    hashes = [json.loads(_note(cell_dir, rank).read_text()) if _note(cell_dir, rank).exists()
+              else None for rank in range(nodes)]
+    return hashes if any(hashes) else None
 
 
 def mig_refusal(fingerprint: Dict, indices: List[int], total_devices: int) -> Optional[str]:
@@ -283,8 +287,8 @@ def read_fingerprints(out_dir, records: Iterable[Dict]) -> Dict[str, Dict]:
     """The fingerprints that ``records`` reference and that ``OUT/fingerprints`` holds, by
     hash."""
     folder = Path(out_dir) / FINGERPRINTS_DIR
-    names = sorted({name for record in records for name in (record.get("fingerprint") or {})
-                    .values()})
+    names = sorted({name for record in records for name in record.get("fingerprint") or []
+                    if name})
     return {name: json.loads((folder / f"{name}.json").read_text()) for name in names
             if (folder / f"{name}.json").exists()}
 

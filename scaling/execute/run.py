@@ -188,7 +188,7 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "allreduce_time_s": None, "allreduce_time_s_ci95": None, "allreduce_busbw_GBps": None,
         "local_step_s": None,
         "images_per_joule": None,
-        "fingerprint": fingerprint.noted(cell_dir),
+        "fingerprint": fingerprint.noted(cell_dir, cell.nodes),
         **outcome,
         "versions": first.get("versions"),
         "device_name": first.get("device_name"),
