@@ -54,8 +54,9 @@ class Cell:
     """Per-worker memory cap in bytes for CPU devices (None: no cap)."""
     repeat: int = 0
     purpose: str = "sweep"
-    """``sweep`` for sweep and run cells, ``maxbatch`` for max-batch trials, ``allreduce`` for
-    the collective benchmark (``scaling.execute.allreduce``), which trains nothing."""
+    """``sweep`` for sweep and run cells, ``maxbatch`` for max-batch trials, ``confirmation``
+    for runs that confirm a max-batch answer as a plain cell, ``allreduce`` for the collective
+    benchmark (``scaling.execute.allreduce``), which trains nothing."""
     options: Dict[str, Any] = field(default_factory=dict)
     """Framework-specific options (recorded and part of the identity)."""
     timeout_s: float = 600.0

@@ -126,8 +126,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "steps": "timed steps asked for",
     "warmup": "untimed steps first (under min_time_s, at least 5 run)",
     "repeat": "repeat index",
-    "purpose": "sweep, maxbatch for max-batch trials, or allreduce for the collective "
-               "benchmark (scaling allreduce)",
+    "purpose": "sweep, maxbatch for max-batch trials, confirmation for a run that confirms "
+               "a max-batch answer as a plain cell (its steps and all its work after the "
+               "window), or allreduce for the collective benchmark (scaling allreduce)",
     "sizes": "purpose allreduce: the message sizes timed, bytes; empty otherwise",
     "threads_per_device": "CPU threads per device",
     "threads_default": "whether threads_per_device is the default: the cores of a node over "
@@ -362,6 +363,27 @@ CSV_COLUMNS = [
     "local_step_communicating_s", "images_per_joule",
     "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
     "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",
+MAXBATCH_FIELDS: Dict[str, str] = {
+    "framework": "framework", "launcher": "launcher", "workload": "workload",
+    "devices": "devices per node searched",
+    "max_batch": "the largest per-device batch that fitted its trials and passed every "
+                 "confirmation; empty when none did or the search gave up",
+    "min_oom_batch": "the smallest batch above it that ran out of memory, on evidence",
+    "images_per_sec": "throughput of the answer's last confirmation (its last trial without one)",
+    "peak_memory_bytes": "peak memory of that run",
+    "trials": "runs of the search, trials and confirmations, each in its own process tree",
+    "seconds": "their wall time, summed",
+    "safe_batch": "with --headroom: max_batch times it, rounded down to --multiple-of",
+    "status": "ok, or the status of the trial that stopped the search",
+    "error": "why the search stopped: the batch, and the error of its last run",
+    "failed_batch": "the batch whose trial failed other than by OOM twice, stopping the search",
+    "confirmations": "confirmations of max_batch that passed: at least 2, more while their "
+                     "capped peaks differ by as much as the room left under the cap (at most 4)",
+    "rejected": "batches that fitted their trials but failed a confirmation, each with its "
+                "status (unsettled: still no room for the peaks' spread after 4)",
+}
+"""Columns of ``maxbatch.csv`` (``scaling maxbatch``), one row per searched device count."""
+
     "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source", "matmul_probe_tflops",
     "noisy", "noise", "noise_cores", "straggler", "rank_skew", "telemetry", "step_breakdown", "error",
     "steps", "warmup", "threads_per_device", "threads_default", "memory_limit", "options", "device_name",

@@ -15,14 +15,16 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import fields
 
 import pytest
-from conftest import read_records, scaling_cli, scaling_in_process, write_sweep
+from conftest import rank_reports, read_records, scaling_cli, scaling_in_process, write_sweep
 
 from scaling.errors import ScalingError
 from scaling.execute.store import ResultStore
-from scaling.maxbatch.search import (TrialRunner, check_search_bounds, find_max_batches,
-                                     trial_factory)
+from scaling.maxbatch.search import (MaxBatchResult, TrialRunner, check_search_bounds,
+                                     find_max_batches, trial_factory)
+from scaling.schema import MAXBATCH_FIELDS
 from scaling.units import parse_bytes
 
 CAP = "1.1GiB"
@@ -35,27 +37,36 @@ def read_maxbatch(out_dir):
         return {int(row["devices"]): row for row in csv.DictReader(table)}
 
 
-def runs_by_batch(out_dir, devices=1):
-    """Batch -> the statuses of its trials at ``devices``, in the order they ran."""
+def runs_by_batch(out_dir, devices=1, purpose="maxbatch"):
+    """Batch -> the statuses of its runs of ``purpose`` (trials by default) at ``devices``, in
+    the order they ran."""
     runs = {}
     for record in read_records(out_dir):
-        if record["devices"] == devices:
+        if record["devices"] == devices and record["purpose"] == purpose:
             runs.setdefault(record["batch_size"], []).append(record["status"])
     return runs
 
 
 def assert_confirmed(out_dir, row, step):
-    """The answer fitted on its last run and the smallest OOM, one step up, ran out of memory on
-    its last: each was run at least twice, and the search ended on the answer."""
+    """The answer fitted its trial and passed its last confirmations, at least two, each run
+    as a plain cell; the smallest OOM ran out of memory on its last run; the search ended on
+    the answer's confirmations."""
     devices, best = int(row["devices"]), int(row["max_batch"])
     smallest_oom = int(row["min_oom_batch"])
-    assert row["status"] == "ok" and smallest_oom == best + step
+    assert row["status"] == "ok" and smallest_oom >= best + step
+    confirmations = int(row["confirmations"])
+    assert confirmations >= 2
     runs = runs_by_batch(out_dir, devices)
-    assert len(runs[best]) >= 2 and runs[best][-1] == "ok"
-    assert len(runs[smallest_oom]) >= 2 and runs[smallest_oom][-1] == "oom"
-    assert [r for r in read_records(out_dir) if r["devices"] == devices][-1]["batch_size"] == best
-    assert set(status for statuses in runs.values() for status in statuses) <= {"ok", "oom"}
-    assert int(row["trials"]) == sum(map(len, runs.values()))
+    assert runs[best][-1] == "ok"
+    assert runs_by_batch(out_dir, devices, "confirmation")[best] == ["ok"] * confirmations
+    mine = [r for r in read_records(out_dir) if r["devices"] == devices]
+    assert [(r["purpose"], r["batch_size"]) for r in mine[-confirmations:]] == [
+        ("confirmation", best)] * confirmations
+    assert all((r["steps"], r["warmup"]) == (20, 5) for r in mine[-confirmations:])
+    oom_runs = runs.get(smallest_oom, []) + runs_by_batch(out_dir, devices, "confirmation").get(
+        smallest_oom, [])
+    assert oom_runs[-1] == "oom"
+    assert int(row["trials"]) == len(mine)
 
 
 @pytest.mark.slow
@@ -68,16 +79,24 @@ def test_found_batch_runs_and_the_next_size_up_runs_out_of_memory(out_dir):
     for devices, row in found.items():
         assert_confirmed(out_dir, row, 8)
         best = int(row["max_batch"])
-        assert runs_by_batch(out_dir, devices)[best] == ["ok", "ok"]
-        assert runs_by_batch(out_dir, devices)[best + 8] == ["oom", "oom"]
         assert int(row["safe_batch"]) == int(best * 0.9) // 8 * 8
         assert float(row["images_per_sec"]) > 0
-    # Two devices start at the answer for one.
+    # Two devices start at the answer for one (or the trial it stood on before a
+    # confirmation moved it down).
     two = [r for r in read_records(out_dir) if r["devices"] == 2]
-    assert two[0]["batch_size"] == int(found[1]["max_batch"])
-    assert {r["purpose"] for r in read_records(out_dir)} == {"maxbatch"}
-    oom_records = [r for r in read_records(out_dir) if r["status"] == "oom"]
-    assert all(r["oom_evidence"] for r in oom_records)
+    assert two[0]["batch_size"] in runs_by_batch(out_dir, 1)
+    records = read_records(out_dir)
+    assert {r["purpose"] for r in records} == {"maxbatch", "confirmation"}
+    assert all(r["oom_evidence"] for r in records if r["status"] == "oom")
+    # A confirmation does a plain cell's work (its compute facts, and at 2 devices the
+    # gradients' allreduce and the contended compute after the window); a trial does not.
+    confirmation, trial = (next(r for r in two if r["purpose"] == purpose and r["status"] == "ok")
+                           for purpose in ("confirmation", "maxbatch"))
+    for report in rank_reports(trial):
+        assert "flops_per_image" not in report and "gradient_allreduce" not in report
+    for report in rank_reports(confirmation):
+        assert report["flops_per_image"] > 0 and report["gradient_allreduce"]
+        assert any(key.startswith("local_step") for key in report)
 
 
 @pytest.mark.slow
@@ -131,8 +150,10 @@ def test_sweep_runs_at_the_found_batch_and_a_fraction_of_it(tmp_path, out_dir):
     assert read_maxbatch(out_dir)[1]["max_batch"] == "64"
     records = read_records(out_dir)
     assert [(r["purpose"], r["batch_size"], r["status"]) for r in records] == [
-        ("maxbatch", 48, "ok"), ("maxbatch", 64, "ok"), ("maxbatch", 64, "ok"),
-        ("sweep", 64, "ok"), ("sweep", 32, "ok")]
+        ("maxbatch", 48, "ok"), ("maxbatch", 64, "ok"), ("confirmation", 64, "ok"),
+        ("confirmation", 64, "ok"), ("sweep", 64, "ok"), ("sweep", 32, "ok")]
+    # The confirmations ran the sweep's steps and warm-up.
+    assert [(r["steps"], r["warmup"]) for r in records[2:4]] == [(1, 0)] * 2
 
 
 @pytest.mark.parametrize("bounds, message", [
@@ -144,6 +165,10 @@ def test_sweep_runs_at_the_found_batch_and_a_fraction_of_it(tmp_path, out_dir):
 def test_bad_search_bounds_are_refused(bounds, message):
     with pytest.raises(ScalingError, match=re.escape(message)):
         check_search_bounds(*bounds, device_type="cpu", memory_limit=2**30)
+
+
+def test_every_column_of_the_max_batch_table_is_documented():
+    assert [f.name for f in fields(MaxBatchResult)] == list(MAXBATCH_FIELDS)
 
 
 def test_a_cpu_search_without_a_memory_cap_is_refused_on_the_command_line(out_dir):

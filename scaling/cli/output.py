@@ -102,8 +102,8 @@ MAXBATCH_COLUMNS = (
     ("framework", "framework"), ("launcher", "launcher"), ("workload", "workload"),
     ("devices", "devices"), ("max batch", "max_batch"), ("smallest OOM", "min_oom_batch"),
     ("safe batch", "safe_batch"), ("images/sec", "images_per_sec"),
-    ("peak memory", "peak_memory_bytes"), ("trials", "trials"), ("seconds", "seconds"),
-    ("status", "status"))
+    ("peak memory", "peak_memory_bytes"), ("confirmed", "confirmations"), ("trials", "trials"),
+    ("seconds", "seconds"), ("status", "status"))
 
 
 def _maxbatch_cell(key: str, row: Dict) -> str:

@@ -5,8 +5,12 @@ of forward, backward and optimizer step. A trial fails on memory if any rank rep
 evidence its report gives, ``oom_evidence``); a trial that fails any other way runs once more,
 and failing again stops the search for that device count with its status and batch. Trials are
 recorded in ``results.jsonl`` like sweep cells, so a killed search resumes without repeating one.
-The answer is run once more to confirm it, and so is the smallest batch that ran out of memory
-(an allocator's peak near the limit can vary from run to run).
+The smallest batch that ran out of memory is run once more (an allocator's peak near the limit
+can vary from run to run). The answer is then confirmed by runs of purpose ``confirmation``,
+each in its own process tree and each run as the plain cell at that batch runs (its steps, and
+all of its work after the window), until it is reliable (:func:`confirmed`). A batch that fails
+any of its confirmations is not the answer: the bracket closes below it, and the next candidate
+is confirmed in turn.
 """
 
 from __future__ import annotations
@@ -24,9 +28,19 @@ from scaling.maxbatch.bracket import STRATEGIES, Bracket
 
 MAXBATCH_FILE = "maxbatch.csv"
 
+PLAIN_CELL = {"steps": 20, "warmup": 5}
+"""The steps and warm-up of a plain ``scaling run`` cell, which a confirmation runs."""
+
+MIN_CONFIRMATIONS = 2
+"""Confirmations an answer passes at least."""
+MAX_CONFIRMATIONS = 4
+"""Confirmations after which an answer whose peaks are still unsettled is not the answer."""
+
 
 @dataclass
 class MaxBatchResult:
+    """One row of ``maxbatch.csv``; its fields are :data:`scaling.schema.MAXBATCH_FIELDS`."""
+
     framework: str
     launcher: str
     workload: str
@@ -38,13 +52,11 @@ class MaxBatchResult:
     trials: int
     seconds: float
     safe_batch: Optional[int] = None
-    """``max_batch`` times the headroom, rounded down to the granularity."""
     status: str = "ok"
-    """``ok``, or the status of the trial that stopped the search."""
     error: Optional[str] = None
-    """Why the search stopped: the batch, and the error of its last run."""
     failed_batch: Optional[int] = None
-    """The batch whose trial failed other than by OOM twice, stopping the search."""
+    confirmations: int = 0
+    rejected: Optional[str] = None
 
 
 class TrialRunner:
@@ -75,22 +87,44 @@ class _GaveUp(Exception):
         self.batch = batch
 
 
+def confirmation_verdict(peaks: List[Optional[int]], capacity: Optional[int]) -> Optional[bool]:
+    """Whether passed confirmations whose capped peaks are ``peaks`` make the answer reliable
+    (True), show that it is not (False), or leave it open (None: run another).
+
+    At least :data:`MIN_CONFIRMATIONS`. Their spread (highest peak less lowest) is how much one
+    run varies from another: the room that the highest leaves under ``capacity`` must exceed
+    it. A room under twice the spread is doubtful, and further runs test it, up to
+    :data:`MAX_CONFIRMATIONS`. Without a capacity or a peak, the minimum count decides.
+    """
+    if len(peaks) < MIN_CONFIRMATIONS:
+        return None
+    if capacity is None or None in peaks:
+        return True
+    spread, room = max(peaks) - min(peaks), capacity - max(peaks)
+    if room <= spread:
+        return False
+    return True if room > 2 * spread or len(peaks) >= MAX_CONFIRMATIONS else None
+
+
 class DeviceSearch:
     """The trials of one device count: the bracket, and what each batch did on each run.
 
-    ``make_trial(devices, batch, attempt)`` builds a trial cell; each run of a batch is its own
-    cell (``repeat`` is the attempt), so a resumed search replays them one by one.
+    ``make_trial(devices, batch, attempt, confirmation=False)`` builds a trial cell, or with
+    ``confirmation`` the cell of a confirmation run; each run of a batch is its own cell
+    (``repeat`` is the attempt), so a resumed search replays them one by one.
     """
 
-    def __init__(self, make_trial: Callable[[int, int, int], Cell], devices: int,
+    def __init__(self, make_trial: Callable[..., Cell], devices: int,
                  state: Bracket, run_trial: TrialRunner, strategy: str = "model",
                  confirm: bool = True):
         self.make_trial, self.devices, self.state = make_trial, devices, state
         self.run_trial, self.propose, self.confirm = run_trial, STRATEGIES[strategy], confirm
         self.records: List[Dict] = []
         self.runs: Dict[int, List[Dict]] = {}
-        """Batch -> its records, in the order they ran."""
+        """Batch -> its trial records, in the order they ran."""
         self.ooms: Set[int] = set()
+        self.rejected: Dict[int, Dict] = {}
+        """Batch -> the confirmation it failed."""
 
     def run(self) -> MaxBatchResult:
         try:
@@ -104,7 +138,8 @@ class DeviceSearch:
 
     def _search(self) -> MaxBatchResult:
         """Bracket, then confirm: the smallest OOM (a fit there reopens the bracket), then the
-        answer (an OOM there makes it the smallest OOM, and the next largest fit the answer)."""
+        answer (a failed confirmation closes the bracket below it, and the next largest fit
+        becomes the answer)."""
         state = self.state
         while True:
             self._bracket()
@@ -113,12 +148,12 @@ class DeviceSearch:
             if self._smallest_oom_fits():
                 continue
             if state.lo is None:
-                return self._result(None)
-            check = self._trial(state.lo)
-            if check["status"] == "ok":
-                return self._result(check)
-            self._ran_out(state.lo)
+                return self._no_answer()
+            passed = self._confirm(state.lo)
+            if passed:
+                return self._result(passed[-1], confirmations=len(passed))
             state.usage.pop(state.lo, None)
+            state.hi = state.lo
             state.lo = max((b for b in state.usage if b < state.hi), default=None)
 
     def _bracket(self) -> None:
@@ -136,17 +171,51 @@ class DeviceSearch:
         """Run the smallest OOM once more if it ran out of memory on its only run: near the
         limit an allocator's peak can vary from run to run (TensorFlow's BFC allocator under
         its cap does), and a sporadic OOM must not stand for the limit. True when it fitted:
-        it is no bound, and the next smallest OOM takes its place."""
+        it is no bound, and the next smallest bound takes its place."""
         state = self.state
-        if state.hi is None or self._outcomes(state.hi) != ["oom"]:
+        if state.hi is None or state.hi in self.rejected or self._outcomes(state.hi) != ["oom"]:
             return False
         again = self._trial(state.hi)
         if again["status"] != "ok":
             return False
         self.ooms.discard(state.hi)
         self._fits(state.hi, again)
-        state.hi = min((b for b in self.ooms if b > state.lo), default=None)
+        state.hi = min((b for b in self.ooms | set(self.rejected) if b > state.lo), default=None)
         return True
+
+    def _confirm(self, batch: int) -> List[Dict]:
+        """Run ``batch`` as a plain cell until :func:`confirmation_verdict` decides: the passed
+        runs, or an empty list when one failed (an OOM among them is an OOM of the search) or
+        their peaks left no room for their spread (``unsettled``)."""
+        passed: List[Dict] = []
+        verdict = None
+        while verdict is None:
+            record = self.run_trial(self.make_trial(self.devices, batch, len(passed),
+                                                    confirmation=True))
+            self.records.append(record)
+            if record["status"] != "ok":
+                if record["status"] == "oom":
+                    self.ooms.add(batch)
+                self.rejected[batch] = record
+                return []
+            passed.append(record)
+            verdict = confirmation_verdict([r["capped_memory_peak_bytes"] for r in passed],
+                                           record["memory_capacity_bytes"])
+        if not verdict:
+            self.rejected[batch] = {**record, "status": "unsettled"}
+            return []
+        return passed
+
+    def _no_answer(self) -> MaxBatchResult:
+        """No batch fits, on the trials or on the confirmations: a search whose every
+        candidate failed its confirmation other than by OOM ends with the last one's status."""
+        failures = [self.rejected[b] for b in sorted(self.rejected)]
+        if not failures or failures[0]["status"] in ("oom", "unsettled"):
+            return self._result(None)
+        first = failures[0]
+        return self._result(None, first["status"], failed_batch=first["batch_size"],
+                            error=f"batch {first['batch_size']} failed its confirmation: "
+                                  f"{first['error']}")
 
     def _trial(self, batch: int) -> Dict:
         """Run ``batch`` (once more when it fails other than by OOM): its record, ``ok`` or
@@ -178,17 +247,21 @@ class DeviceSearch:
         return fits[-1] if fits else None
 
     def _result(self, record: Optional[Dict], status: str = "ok", error: Optional[str] = None,
-                failed_batch: Optional[int] = None) -> MaxBatchResult:
+                failed_batch: Optional[int] = None, confirmations: int = 0) -> MaxBatchResult:
         state = self.state
         cell = self.make_trial(self.devices, state.lo or state.min_batch, 0)
+        answer = state.lo if status == "ok" else None
+        smallest_oom = min((b for b in self.ooms if answer is None or b > answer), default=None)
         return MaxBatchResult(
             framework=cell.framework, launcher=cell.launcher, workload=cell.workload,
-            devices=self.devices, max_batch=state.lo if status == "ok" else None,
-            min_oom_batch=state.hi if status == "ok" else None,
+            devices=self.devices, max_batch=answer,
+            min_oom_batch=smallest_oom if status == "ok" else None,
             images_per_sec=record and record["images_per_sec"],
             peak_memory_bytes=record and record["peak_memory_bytes"],
             trials=len(self.records), seconds=round(sum(r["wall_s"] for r in self.records), 1),
-            status=status, error=error, failed_batch=failed_batch,
+            status=status, error=error, failed_batch=failed_batch, confirmations=confirmations,
+            rejected=", ".join(f"{b} {r['status']}" for b, r in sorted(self.rejected.items()))
+            or None,
         )
 
 
@@ -241,11 +314,17 @@ def read_maxbatch_csv(out_dir) -> List[Dict]:
         return list(csv.DictReader(table))
 
 
-def trial_factory(**fields) -> Callable[[int, int, int], Cell]:
-    """``make_trial(devices, batch, attempt)`` for trials that share every other cell field."""
-    def make_trial(devices: int, batch: int, attempt: int) -> Cell:
-        return make_cell(devices=devices, batch_size=batch, repeat=attempt, purpose="maxbatch",
-                         **fields)
+def trial_factory(plain: Optional[Dict] = None, **fields) -> Callable[..., Cell]:
+    """``make_trial(devices, batch, attempt, confirmation=False)`` for trials that share every
+    other cell field. A confirmation takes ``plain``'s fields in place of the trial's: the
+    steps, warm-up and ``min_time_s`` of the plain cell that the answer stands for
+    (:data:`PLAIN_CELL` by default)."""
+    plain_fields = {**fields, **(PLAIN_CELL if plain is None else plain)}
+
+    def make_trial(devices: int, batch: int, attempt: int, confirmation: bool = False) -> Cell:
+        return make_cell(devices=devices, batch_size=batch, repeat=attempt,
+                         purpose="confirmation" if confirmation else "maxbatch",
+                         **(plain_fields if confirmation else fields))
 
     return make_trial
 

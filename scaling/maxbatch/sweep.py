@@ -38,7 +38,9 @@ def search_max_batches(spec: SweepConfig, out_dir, console: Console
                 image_size=spec.image_size, steps=section.steps, warmup=section.warmup,
                 device_type=device_type, threads_per_device=spec.thread_counts()[0],
                 nodes=1, memory_limit=memory_limit, options=fw_section.options,
-                timeout_s=spec.timeout_s, allow_oversubscribe=spec.allow_oversubscribe)
+                timeout_s=spec.timeout_s, allow_oversubscribe=spec.allow_oversubscribe,
+                plain={"steps": spec.steps, "warmup": spec.warmup,
+                       "min_time_s": spec.min_time_s, "profile": spec.profile})
             for result in find_max_batches(
                     make_trial, device_counts(spec.devices, device_type), section.multiple_of,
                     start, section.max, runner, section.strategy, section.headroom):

@@ -36,6 +36,10 @@ _OOM_PATTERNS = re.compile(
     re.IGNORECASE,
 )
 
+PLAIN_PURPOSES = ("sweep", "confirmation")
+"""Purposes whose cells do all of a plain cell's work after the window: a max-batch
+confirmation runs as the cell at its batch would."""
+
 CAP_MARGIN = 0.01
 """A failure under the heap cap is ``oom`` when the data segment's peak came within this
 fraction of the cap."""
@@ -190,12 +194,18 @@ def peak_rss_bytes() -> int:
 def cpu_memory_headroom() -> Dict[str, Optional[int]]:
     """The capped quantity's estimated peak and the cap, for predicting where OOM starts.
 
-    The cap applies to the data segment (VmData), which has no peak counter; the peak RSS does.
-    Their difference (untouched heap minus file-backed pages) hardly changes during training, so
-    peak RSS plus the difference at the end estimates the data segment's peak.
+    The cap applies to the data segment (VmData), which has no peak counter. Two counters each
+    give a floor under its peak, and the estimate is the higher: the peak RSS (VmHWM) plus the
+    data segment's untouched part at the end, and the peak of the whole address space (VmPeak)
+    less what is not data at the end (mappings of files and the stack, which training does
+    not unmap). Buffers mapped for a step and freed before they are all touched, such as
+    oneDNN's scratchpads, reach the second and not the first: at the edge of a 2 GiB cap the
+    first falls about 50 MB short of the peak that fails.
     """
     cap = resource.getrlimit(resource.RLIMIT_DATA)[0]
-    data_peak = peak_rss_bytes() + _proc_status_bytes("VmData") - _proc_status_bytes("VmRSS")
+    data, rss = _proc_status_bytes("VmData"), _proc_status_bytes("VmRSS")
+    not_data = _proc_status_bytes("VmSize") - data
+    data_peak = max(peak_rss_bytes() + data - rss, _proc_status_bytes("VmPeak") - not_data)
     return {"capped_memory_peak_bytes": data_peak,
             "memory_capacity_bytes": None if cap == resource.RLIM_INFINITY else cap}
 

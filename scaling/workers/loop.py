@@ -281,7 +281,7 @@ def contended_compute(session, cell: Dict) -> Dict:
     the launcher's communication running beside it, as during a training step's backward pass
     (its CPU work, and its background threads)."""
     alone = cell["devices"] * cell["nodes"] == 1 and cell["data_parallel"] != "none"
-    if cell["mode"] == "forward" or cell["purpose"] != "sweep" or alone or \
+    if cell["mode"] == "forward" or cell["purpose"] not in common.PLAIN_PURPOSES or alone or \
             not hasattr(session, "local_steps"):
         return {}
     session.local_steps(1)
