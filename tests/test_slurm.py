@@ -410,7 +410,7 @@ def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
                         "--memory-limit", "1.5GiB", "--out", out, "--backend", "slurm", "--wait")
     assert "ended COMPLETED" in result.stdout
     trials = read_records(out)
-    assert trials and all(r["purpose"] == "maxbatch" for r in trials)
+    assert {r["purpose"] for r in trials} == {"maxbatch", "confirmation"}
     assert "max_batch" in (out / "maxbatch.csv").read_text().splitlines()[0]
     assert len(list((out / "slurm").glob("*.sbatch"))) == 1
 
