@@ -94,7 +94,8 @@ def drift_reason(baseline_drift: Optional[float], measurements: int,
 
 def single_key(row: Dict) -> Tuple:
     """What a curve's ``single`` baseline shares with it: everything but the launcher, the
-    device and node counts, and the launcher's own options."""
+    device and node counts, and the launcher's own options (the collectives' settings from the
+    environment included, as in the same sweep)."""
     framework_options = FRAMEWORKS.get(row["framework"]).options \
         if row["framework"] in FRAMEWORKS else {}
     options = {key: value for key, value in (row.get("options") or {}).items()
@@ -102,7 +103,8 @@ def single_key(row: Dict) -> Tuple:
     threads = row.get("threads_per_device") if row["device_type"] == "cpu" else None
     return (row.get("variant") or row["framework"], row["framework_version"], row["workload"],
             row["batch_size"], row["image_size"], row["device_type"],
-            json.dumps(options, sort_keys=True), threads, row.get("mode", "train"))
+            json.dumps(options, sort_keys=True), threads, row.get("mode", "train"),
+            json.dumps(row.get("collective_env") or {}, sort_keys=True))
 
 
 def _median_figure(group: List[Dict]) -> Tuple[float, Optional[List[float]]]:

@@ -58,11 +58,14 @@ def explicit_threads(record: Dict) -> str:
 def curve_fields(record: Dict) -> Tuple:
     """What a curve is made of, except the framework version: framework (or its variant, such
     as ``tensorflow@tf215``), launcher, workload, per-device batch, image size, device type,
-    options (with threads per device where they are not the default, and the real data with
-    its loader workers), mode and the device unit (a CPU device's threads, default or not), so
-    that points of different units never join one curve nor pool as repeats."""
+    options (with threads per device where they are not the default, the real data with its
+    loader workers, and the collectives' settings from the environment), mode and the device
+    unit (a CPU device's threads, default or not), so that points of different units never
+    join one curve nor pool as repeats."""
     options = json.dumps(record.get("options") or {}, sort_keys=True)
-    extra = [text for text in (explicit_threads(record), input_label(record)) if text]
+    settings = " ".join(f"{name}={value}" for name, value in
+                        sorted((record.get("collective_env") or {}).items()))
+    extra = [text for text in (explicit_threads(record), input_label(record), settings) if text]
     if extra:
         options = " ".join(([options] if options != "{}" else []) + extra)
     unit = record.get("threads_per_device") if record["device_type"] == "cpu" else None
