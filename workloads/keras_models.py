@@ -62,9 +62,9 @@ def alexnet(image_size: int, classes: int) -> keras.Model:
     return keras.Model(inputs, outputs, name="alexnet")
 
 
-def _conv_bn(x, filters: int, kernel: int, strides: int = 1):
+def _conv_bn(x, filters: int, kernel: int, strides: int = 1, padding: str = "same"):
     """torchvision's BasicConv2d: convolution without bias, batch norm (eps 0.001), ReLU."""
-    x = layers.Conv2D(filters, kernel, strides=strides, padding="same", use_bias=False)(x)
+    x = layers.Conv2D(filters, kernel, strides=strides, padding=padding, use_bias=False)(x)
     x = layers.BatchNormalization(epsilon=0.001)(x)
     return layers.ReLU()(x)
 
@@ -78,24 +78,33 @@ def _inception(x, ch1x1, ch3x3red, ch3x3, ch5x5red, ch5x5, pool_proj):
     return layers.Concatenate()([branch1, branch2, branch3, branch4])
 
 
+def _ceil_max_pool(x, window: int):
+    """torch's MaxPool2d(window, stride=2, ceil_mode=True): the last window may overhang the
+    bottom and right edges. The zero padding follows a ReLU, so it is torch's minus infinity
+    (SAME padding would give a larger map at odd sides)."""
+    pads = [-(-(n - window) // 2) * 2 + window - n for n in x.shape[1:3]]
+    if any(pads):
+        x = layers.ZeroPadding2D(((0, pads[0]), (0, pads[1])))(x)
+    return layers.MaxPooling2D(window, strides=2)(x)
+
+
 def googlenet(image_size: int, classes: int) -> keras.Model:
-    """torchvision's GoogLeNet without auxiliary heads; SAME pooling gives torch's ceil_mode
-    sizes at even inputs."""
+    """torchvision's GoogLeNet without auxiliary heads."""
     inputs = keras.Input((image_size, image_size, 3))
-    x = _conv_bn(inputs, 64, 7, strides=2)
-    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = _conv_bn(layers.ZeroPadding2D(3)(inputs), 64, 7, strides=2, padding="valid")
+    x = _ceil_max_pool(x, 3)
     x = _conv_bn(x, 64, 1)
     x = _conv_bn(x, 192, 3)
-    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = _ceil_max_pool(x, 3)
     x = _inception(x, 64, 96, 128, 16, 32, 32)
     x = _inception(x, 128, 128, 192, 32, 96, 64)
-    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = _ceil_max_pool(x, 3)
     x = _inception(x, 192, 96, 208, 16, 48, 64)
     x = _inception(x, 160, 112, 224, 24, 64, 64)
     x = _inception(x, 128, 128, 256, 24, 64, 64)
     x = _inception(x, 112, 144, 288, 32, 64, 64)
     x = _inception(x, 256, 160, 320, 32, 128, 128)
-    x = layers.MaxPooling2D(2, strides=2, padding="same")(x)
+    x = _ceil_max_pool(x, 2)
     x = _inception(x, 256, 160, 320, 32, 128, 128)
     x = _inception(x, 384, 192, 384, 48, 128, 128)
     x = layers.GlobalAveragePooling2D()(x)
@@ -118,13 +127,12 @@ def _resnet_conv_bn(x, filters: int, kernel: int, strides: int = 1, relu: bool =
 def _bottleneck(x, width: int, strides: int):
     """torchvision's bottleneck: 1x1, 3x3 (carrying the stride), 1x1 to 4 x width, and a
     projection shortcut where the shape changes."""
-    shortcut = x
+    residual = _resnet_conv_bn(x, width, 1)
+    residual = _resnet_conv_bn(residual, width, 3, strides)
+    residual = _resnet_conv_bn(residual, 4 * width, 1, relu=False)
     if strides != 1 or x.shape[-1] != 4 * width:
-        shortcut = _resnet_conv_bn(x, 4 * width, 1, strides, relu=False)
-    x = _resnet_conv_bn(x, width, 1)
-    x = _resnet_conv_bn(x, width, 3, strides)
-    x = _resnet_conv_bn(x, 4 * width, 1, relu=False)
-    return layers.ReLU()(layers.Add()([x, shortcut]))
+        x = _resnet_conv_bn(x, 4 * width, 1, strides, relu=False)
+    return layers.ReLU()(layers.Add()([residual, x]))
 
 
 def resnet50(image_size: int, classes: int) -> keras.Model:
