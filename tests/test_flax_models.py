@@ -126,3 +126,24 @@ def test_evaluation_outputs_equal_pytorchs_given_its_weights(name, size, flatten
         expected = torch_model(torch.from_numpy(images.transpose(0, 3, 1, 2))).numpy()
     logits = np.asarray(flax_model(jnp.asarray(images)))
     assert np.abs(logits - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_the_jax_count_is_what_jaxs_own_gradient_computes():
+    """The count adds each product's gradients by torch's rule; JAX's gradient jaxpr of the
+    CIFAR-10 network (convolutions of stride 1 and SAME padding, so that every product's cost
+    follows from its output) holds exactly those products: none for the images' gradient."""
+    from scaling.workers.jax_flops import flops_per_image, jaxpr_flops
+
+    workload = WORKLOADS["cifar10"]
+    model = nnx.eval_shape(lambda: workload.builder(MODELS)(32, workload.classes))
+    graph, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params, rest, images):
+        return nnx.merge(graph, params, rest)(images).sum()
+
+    images = jax.ShapeDtypeStruct((2, 32, 32, 3), jnp.float32)
+    gradient = jax.make_jaxpr(jax.value_and_grad(loss))(params, rest, images).jaxpr
+    computed, _ = jaxpr_flops(gradient, [False] * len(gradient.invars), backward=False)
+    count = flops_per_image(jax, nnx, graph, (params, rest), (32, 32, 3), "train")
+    assert computed / 2 == count == 3 * flops_per_image(
+        jax, nnx, graph, (params, rest), (32, 32, 3), "forward") - 2 * 32 * 32 * 64 * 5 * 5 * 3
