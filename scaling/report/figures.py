@@ -112,8 +112,8 @@ def _styles(keys) -> Dict[Tuple, Dict]:
 
 
 def _plot_predicted(axis, curve: Dict, style: Dict) -> None:
-    """The model's extrapolation of a curve, dashed from its last measured point, with the
-    band from full overlap of the allreduce to none shaded."""
+    """The model's extrapolation of a curve, dashed from its last measured point, with its band
+    shaded (to the prediction itself at an open end)."""
     last = max(curve["measured"])
     xs = [last] + [line["devices"] for line in curve["lines"]]
     middle = [curve["measured"][last]] + [line["images_per_sec"] for line in curve["lines"]]
