@@ -1,7 +1,8 @@
 """The one definition of what the harness writes: statuses, rank reports and cell records.
 
-The README's field list, the CSV columns and the tests all come from here. Standard library only:
-workers import it under any interpreter.
+The README's field list and the tests come from here (the report's own columns and the CSV's
+order, from ``scaling.report.columns``). Standard library only: workers import it under any
+interpreter.
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "local_step_s": "after the window of a sweep cell with a backward pass: the mean of steps "
                     "forward and backward passes with nothing aggregated, run on every rank at "
                     "once (scaling.workers.loop.contended_compute)",
+    "local_step_chunks": "the mean local step of each chunk of those passes (about ten chunks), "
+                         "for local_step_s's interval",
+    "communicating_step_chunks": "in a data-parallel cell over two or more devices: the same, "
+                                 "each pass with an allreduce of the gradient bytes through the "
+                                 "cell's collective in flight beside it, in a second thread",
     "allreduce": "purpose allreduce: per size, {bytes, iterations_per_chunk, chunk_seconds}",
     "loader_window": "with data: {window_s, images} of the input pipeline alone, after the "
                      "window (scaling.workers.loop.input_references)",
@@ -105,11 +111,6 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
 """Fields of ``cells/CELL/rank{N}.json``; frameworks may add their own details."""
 
 RECORD_FIELDS: Dict[str, str] = {
-    "local_step_chunks": "the mean local step of each chunk of those passes (about ten chunks), "
-                         "for local_step_s's interval",
-    "communicating_step_chunks": "in a data-parallel cell over two or more devices: the same, "
-                                 "each pass with an allreduce of the gradient bytes through the "
-                                 "cell's collective in flight beside it, in a second thread",
     "cell": "the cell's id: a hash of what is measured",
     "framework": "torch, tensorflow, mxnet or jax",
     "launcher": "how the ranks were started",
@@ -235,6 +236,12 @@ RECORD_FIELDS: Dict[str, str] = {
                     "step at the cell's device count, contention included (null at one "
                     "device under a parallel launcher, and where the framework's worker does "
                     "not time it)",
+    "local_step_s_ci95": "[low, high]: its 95% interval, from every rank's chunk means",
+    "local_step_communicating_s": "the same passes with an allreduce of the gradient bytes in "
+                                  "flight beside each (scaling.workers.loop.contended_compute): "
+                                  "the compute with the launcher's communication running beside "
+                                  "it; null where not timed",
+    "local_step_communicating_s_ci95": "[low, high]: its 95% interval",
     "versions": "framework and library versions",
     "device_name": "the device, as the framework names it",
     "layout": "NCHW or NHWC",
@@ -255,97 +262,12 @@ RECORD_FIELDS: Dict[str, str] = {
     "wall_s": "seconds from launch to the end of the process tree",
     "log": "the launcher's log",
     "process_token": "token every process of the cell carried",
-    "local_step_s_ci95": "[low, high]: its 95% interval, from every rank's chunk means",
-    "local_step_communicating_s": "the same passes with an allreduce of the gradient bytes in "
-                                  "flight beside each (scaling.workers.loop.contended_compute): "
-                                  "the compute with the launcher's communication running beside "
-                                  "it; null where not timed",
-    "local_step_communicating_s_ci95": "[low, high]: its 95% interval",
 }
 """Fields of a line of ``results.jsonl`` and of ``cells/CELL/record.json``."""
 
-SCALING_FIELDS: Dict[str, str] = {
-    "framework_version": "the framework's version; part of what makes a curve",
-    "baseline_images_per_sec": "median images/sec of the curve's baseline: its single cell, "
-                               "or its own one-device point where no single cell is ok",
-    "baseline_launcher": "single, or the curve's own launcher when single did not run or "
-                         "failed",
-    "baseline_reason": "why the curve is not measured against single, or empty",
-    "parallel_overhead": "1 - (the launcher at one device / single): what going parallel costs "
-                         "at one device",
-    "baseline_local_step_s": "local_step_s of the curve's single cell: its forward and "
-                             "backward pass alone on the host",
-    "parallel_overhead_low": "lower bound of parallel_overhead's 95% interval",
-    "parallel_overhead_high": "upper bound of parallel_overhead's 95% interval",
-    "speedup": "images_per_sec / baseline_images_per_sec",
-    "efficiency": "speedup / total_devices",
-    "images_per_sec_low": "lower bound of the 95% interval of the record's images/sec, from "
-                          "its chunk times",
-    "images_per_sec_high": "upper bound of that interval",
-    "speedup_low": "lower bound of the speedup's interval (its two figures' intervals "
-                   "combined)",
-    "speedup_high": "upper bound of the speedup's interval",
-    "efficiency_low": "speedup_low / total_devices",
-    "efficiency_high": "speedup_high / total_devices",
-    "suspect": "why the figure is suspect (efficiency over 105%, or an interval wider than 10% "
-               "of the figure), or empty",
-    "price_per_hour": "US dollars per hour of the cell's devices or nodes, from the prices "
-                      "given (empty without one)",
-    "cost_per_million_images": "price_per_hour x 10^6 / (images/sec x 3600)",
-    "time_to_million_images_s": "10^6 / images/sec",
-    "cost_relative": "cost per million images over that of the workload's reference cell (its "
-                     "fastest GPU cell, or its fastest cell without GPUs)",
-    "time_relative": "time to a million images over the reference cell's",
-    "predicted_images_per_sec": "the scaling model's images/sec: the global batch over the "
-                                "single step, plus launcher_s, contention_s, interference_s and "
-                                "the allreduce not hidden (scaling.report.model), the middle of "
-                                "its band; empty at one device",
-    "predicted_images_per_sec_low": "the band's low end: no overlap of the allreduce (or the "
-                                    "profiled exposure), at the high ends of every term's "
-                                    "interval",
-    "predicted_images_per_sec_high": "the band's high end: full overlap with the backward pass, "
-                                     "at the low ends of the terms' intervals; empty where one "
-                                     "is open on that side",
-    "prediction_ratio": "images_per_sec / predicted_images_per_sec (empty at one device)",
-    "loss_term": "the largest part of the step beyond the single step's compute: the launcher, "
-                 "contention, communication beside compute, exposed communication or the rest; "
-                 "empty at or above linear",
-    "launcher_s": "the launcher's own cost at one device: its own 1-device step less the single "
-                  "step, both measured (from parallel_overhead); empty without a single "
-                  "baseline",
-    "launcher_s_low": "lower end of launcher_s's interval (from parallel_overhead's)",
-    "launcher_s_high": "upper end of launcher_s's interval",
-    "contention_s": "local_step_s - baseline_local_step_s: how much longer a step's compute "
-                    "takes with every device of the cell busy than alone; negative where it "
-                    "was faster, never clamped; empty where either was not timed",
-    "contention_s_low": "lower end of contention_s's interval (the two local steps' intervals, "
-                        "opposite ends)",
-    "contention_s_high": "upper end of contention_s's interval",
-    "interference_s": "local_step_communicating_s - local_step_s: how much longer the compute "
-                      "takes with an allreduce of the gradient bytes in flight beside it",
-    "interference_s_low": "lower end of interference_s's interval",
-    "interference_s_high": "upper end of interference_s's interval",
-    "prediction_error": "on the largest point of a curve with two or more multi-device points "
-                        "(any node count): measured / predicted - 1, the prediction from the "
-                        "curve's other points alone (scaling.report.extrapolation.leave_one_out)",
-    "prediction_error_low": "lower end of its interval (the measured figure's and the "
-                            "prediction's band, combined)",
-    "prediction_error_high": "upper end of its interval",
-    "prediction_error_from": "the points it was predicted from (their device counts)",
-    "input_bound": "with data: whether the input is the bound (real-data images/sec below "
-                   "95% of synthetic, and the pipeline alone not clearly, 1.5x, faster than the "
-                   "real-data cell); empty on synthetic data (scaling.report.input)",
-    "loader_workers_needed": "with data, when input_bound: an estimate of the loader workers "
-                             "that would feed the synthetic rate, from the per-worker "
-                             "pipeline rate",
-}
-"""Columns that ``scaling report`` adds to each sweep record."""
 
 ALLREDUCE_FIELDS: Dict[str, str] = {
     "allreduce_devices": "the devices the allreduce sums over (n)",
-    "model_input": "for a 1-device row, what it gives the scaling model (not a prediction): "
-                   "the compute (the baseline) or the launcher (its own cost at one device); "
-                   "empty otherwise",
     "allreduce": "one entry per size: bytes, time_s (the median time of one call over the "
                  "timed chunks, each chunk's mean taken on its slowest rank), time_s_ci95 "
                  "([low, high], order statistics of the median, at least 95%), iterations, "
@@ -354,15 +276,6 @@ ALLREDUCE_FIELDS: Dict[str, str] = {
 }
 """Fields that a record of purpose ``allreduce`` has in place of the training metrics."""
 
-CSV_COLUMNS = [
-    "cell", "framework", "launcher", "workload", "mode", "device_type", "devices", "nodes",
-    "total_devices", "batch_size", "global_batch_size", "image_size", "repeat", "status",
-    "images_per_sec", *SCALING_FIELDS, "data", "loader_workers", "loader_images_per_sec",
-    "synthetic_images_per_sec", "step_time_median_s", "step_time_p95_s",
-    "allreduce_time_s", "allreduce_busbw_GBps", "local_step_s",
-    "local_step_communicating_s", "images_per_joule",
-    "peak_memory_bytes", "params", "flops_per_image", "gradient_bytes", "precision",
-    "achieved_tflops", "achieved_tflops_per_device", "peak_tflops", "mfu",
 MAXBATCH_FIELDS: Dict[str, str] = {
     "framework": "framework", "launcher": "launcher", "workload": "workload",
     "devices": "devices per node searched",
@@ -383,10 +296,3 @@ MAXBATCH_FIELDS: Dict[str, str] = {
                 "status (unsettled: still no room for the peaks' spread after 4)",
 }
 """Columns of ``maxbatch.csv`` (``scaling maxbatch``), one row per searched device count."""
-
-    "matmul_ceiling_tflops", "matmul_ceiling_fraction", "peak_source", "matmul_probe_tflops",
-    "noisy", "noise", "noise_cores", "straggler", "rank_skew", "telemetry", "step_breakdown", "error",
-    "steps", "warmup", "threads_per_device", "threads_default", "memory_limit", "options", "device_name",
-    "versions", "host", "hosts", "harness_version", "started_at",
-]
-"""Columns of ``results.csv``, in order."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scaling.schema import ALLREDUCE_FIELDS, RECORD_FIELDS, SCALING_FIELDS, STATUSES
+from scaling.report.columns import SCALING_FIELDS
+from scaling.schema import ALLREDUCE_FIELDS, RECORD_FIELDS, STATUSES
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

@@ -26,7 +26,7 @@ from scaling.report.baseline import (Baseline, baseline_gap_s, baselines, drift_
 from scaling.report.cost import sweep_prices, with_costs
 from scaling.report.input import with_input_verdicts
 from scaling.report.model import with_predictions
-from scaling.schema import CSV_COLUMNS
+from scaling.report.columns import CSV_COLUMNS
 from scaling.uncertainty import ratio_interval
 
 SUSPECT_EFFICIENCY = 1.05
