@@ -174,6 +174,7 @@ def make_cell(
     allow_oversubscribe: bool = False,
     cores: Optional[int] = None,
     largest_devices: Optional[int] = None,
+    default_threads: Optional[int] = None,
     sizes: Sequence[int] = (),
     data: Optional[str] = None,
     loader_workers: int = 0,
@@ -184,7 +185,8 @@ def make_cell(
 
     A CPU device is one fixed unit along a curve: without ``threads_per_device``, each device
     gets ``cores`` (default: this machine's) over ``largest_devices``, the largest device count
-    per node of the run or sweep (default: ``devices``). ``data``, a real-image folder, is
+    per node of the run or sweep (default: ``devices``), or ``default_threads`` where given
+    (the unit of the cells already in a run's folder). ``data``, a real-image folder, is
     kept as an absolute path, which every node must be able to read. ``collective_env``
     defaults to the tunable part of this process's environment
     (:mod:`scaling.workers.collective_env`)."""
@@ -214,7 +216,8 @@ def make_cell(
     cores = cores or hardware.cpu_cores()
     threads_default = threads_per_device is None
     if threads_default:
-        threads_per_device = max(1, cores // max(devices, largest_devices or 1))
+        threads_per_device = default_threads or \
+            max(1, cores // max(devices, largest_devices or 1))
     positive_int("threads per device", threads_per_device)
     _check_memory_limit(framework, resolved_type, memory_limit)
     if resolved_type == "cpu" and not allow_oversubscribe:

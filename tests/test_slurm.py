@@ -338,15 +338,20 @@ def test_a_partition_without_nodes_is_a_one_line_infrastructure_error(cluster, t
 
 @pytest.mark.slow
 def test_default_threads_come_from_the_compute_nodes_not_the_submitting_host(tmp_path):
-    """Nodes of one CPU, on a host of more: a cell that names no threads gets one."""
+    """Nodes of one CPU, on a host of more: a cell that names no threads gets one. The curve's
+    one-node cell and its baseline, run before and after it, all run on one of the two nodes,
+    in that order."""
     assert os.cpu_count() > 1
     with start_cluster(tmp_path / "cluster", cpus_per_node=1) as small:
         out = tmp_path / "out"
         scaling_ok(small, "sweep", write_sweep(tmp_path / "sweep.yaml", single_baseline=True),
                    "--out", out, "--backend", "slurm", "--wait")
     records = read_records(out)
-    assert sorted(r["launcher"] for r in records) == ["single", "torchrun"]
+    assert [(r["launcher"], r["repeat"]) for r in records] == [
+        ("single", 0), ("torchrun", 0), ("single", 1)]
     assert {(r["threads_per_device"], r["threads_default"]) for r in records} == {(1, True)}
+    assert len({r["slurm"]["node_list"] for r in records}) == 1
+    assert {r["slurm"]["job_id"] for r in records} == {records[0]["slurm"]["job_id"]}
 
 
 @pytest.mark.slow
