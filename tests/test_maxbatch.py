@@ -88,15 +88,14 @@ def test_found_batch_runs_and_the_next_size_up_runs_out_of_memory(out_dir):
     records = read_records(out_dir)
     assert {r["purpose"] for r in records} == {"maxbatch", "confirmation"}
     assert all(r["oom_evidence"] for r in records if r["status"] == "oom")
-    # A confirmation does a plain cell's work (its compute facts, and at 2 devices the
-    # gradients' allreduce and the contended compute after the window); a trial does not.
-    confirmation, trial = (next(r for r in two if r["purpose"] == purpose and r["status"] == "ok")
-                           for purpose in ("confirmation", "maxbatch"))
-    for report in rank_reports(trial):
-        assert "flops_per_image" not in report and "gradient_allreduce" not in report
-    for report in rank_reports(confirmation):
-        assert report["flops_per_image"] > 0 and report["gradient_allreduce"]
-        assert any(key.startswith("local_step") for key in report)
+    # Trials and confirmations do all of a plain cell's work besides its steps (its compute
+    # facts, and at 2 devices the gradients' allreduce and the contended compute after the
+    # window), whose memory counts too.
+    for purpose in ("maxbatch", "confirmation"):
+        run = next(r for r in two if r["purpose"] == purpose and r["status"] == "ok")
+        for report in rank_reports(run):
+            assert report["flops_per_image"] > 0 and report["gradient_allreduce"]
+            assert any(key.startswith("local_step") for key in report)
 
 
 @pytest.mark.slow

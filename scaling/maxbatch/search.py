@@ -1,14 +1,16 @@
 """Find the largest per-device batch that fits, at each device count, under the real launcher.
 
 Every trial is a real cell (purpose ``maxbatch``) run in a fresh process tree: a few timed steps
-of forward, backward and optimizer step. A trial fails on memory if any rank reports OOM (on the
+of forward, backward and optimizer step, and all that a cell does besides (its compute facts,
+and after the window the gradients' allreduce and the contended compute), whose memory counts
+as much as the steps'. A trial fails on memory if any rank reports OOM (on the
 evidence its report gives, ``oom_evidence``); a trial that fails any other way runs once more,
 and failing again stops the search for that device count with its status and batch. Trials are
 recorded in ``results.jsonl`` like sweep cells, so a killed search resumes without repeating one.
 The smallest batch that ran out of memory is run once more (an allocator's peak near the limit
 can vary from run to run). The answer is then confirmed by runs of purpose ``confirmation``,
-each in its own process tree and each run as the plain cell at that batch runs (its steps, and
-all of its work after the window), until it is reliable (:func:`confirmed`). A batch that fails
+each in its own process tree and run as the plain cell at that batch (its steps and warm-up),
+until it is reliable (:func:`confirmation_verdict`). A batch that fails
 any of its confirmations is not the answer: the bracket closes below it, and the next candidate
 is confirmed in turn.
 """

@@ -22,8 +22,6 @@ from __future__ import annotations
 import time
 from typing import Dict, List
 
-from scaling.workers.common import PLAIN_PURPOSES
-
 CHUNKS = 10
 """Timed chunks per size: enough for a 95% interval of the median from order statistics."""
 CHUNK_BYTES = 4 * 2**20
@@ -76,8 +74,7 @@ def gradient_allreduce(session, cell: Dict) -> Dict:
     the allreduce of one replica's gradient bytes through the session's own collective, timed
     as :func:`time_size` times a size (the scaling model's communication term)."""
     if cell["mode"] == "forward" or cell["data_parallel"] == "none" or \
-            cell["purpose"] not in PLAIN_PURPOSES or cell["devices"] * cell["nodes"] < 2 or \
-            not hasattr(session, "collective"):
+            cell["devices"] * cell["nodes"] < 2 or not hasattr(session, "collective"):
         return {}
     collective = session.collective()
     return {"gradient_allreduce": {**time_size(collective, session.gradient_bytes // 4 * 4),

@@ -36,10 +36,6 @@ _OOM_PATTERNS = re.compile(
     re.IGNORECASE,
 )
 
-PLAIN_PURPOSES = ("sweep", "confirmation")
-"""Purposes whose cells do all of a plain cell's work after the window: a max-batch
-confirmation runs as the cell at its batch would."""
-
 CAP_MARGIN = 0.01
 """A failure under the heap cap is ``oom`` when the data segment's peak came within this
 fraction of the cap."""

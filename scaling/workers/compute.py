@@ -116,10 +116,8 @@ def compute_report(cell: Dict, precision: str, flops_per_image, gradient_bytes: 
                    devices_sharing: int = 1) -> Dict:
     """The rank report's compute facts: ``flops_per_image`` is a function, called once (None
     where the framework has no counter of its own), and ``devices_sharing`` the devices whose
-    threads the probe's pool holds (its figure is divided among them). Max-batch trials
-    leave them out: they would spend memory near the cap and time on every trial."""
-    if cell["purpose"] == "maxbatch":
-        return {}
+    threads the probe's pool holds (its figure is divided among them). Max-batch trials take
+    them too: what a cell allocates for them counts against its memory."""
     probe = matmul_ceiling_tflops(cell["framework"], cell["device_type"], DTYPES[precision])
     return {"flops_per_image": flops_per_image() if flops_per_image else None,
             "gradient_bytes": None if cell["mode"] == "forward" else gradient_bytes,

@@ -268,12 +268,12 @@ def _local_seconds(session, count: int, beside) -> float:
 
 
 def contended_compute(session, cell: Dict) -> Dict:
-    """After the window of a sweep cell with a backward pass: ``steps`` forward and backward
-    passes with nothing aggregated, on every rank at once, timed in chunks (their means give
-    ``local_step_s`` an interval). Their mean on this rank is the compute of one step at the
-    cell's device count, contention for the host's cores and memory included, which the
-    scaling model sets against the ``single`` cell's. A launcher's own one-device point has no
-    contention to time, and skips it.
+    """After the window of a cell with a backward pass (a max-batch trial's too, so that what
+    it allocates counts): ``steps`` forward and backward passes with nothing aggregated, on
+    every rank at once, timed in chunks (their means give ``local_step_s`` an interval). Their
+    mean on this rank is the compute of one step at the cell's device count, contention for
+    the host's cores and memory included, which the scaling model sets against the ``single``
+    cell's. A launcher's own one-device point has no contention to time, and skips it.
 
     In a data-parallel cell over two or more devices with a collective, the same steps again,
     each with an allreduce of one replica's gradient bytes through the cell's own collective
@@ -281,8 +281,7 @@ def contended_compute(session, cell: Dict) -> Dict:
     the launcher's communication running beside it, as during a training step's backward pass
     (its CPU work, and its background threads)."""
     alone = cell["devices"] * cell["nodes"] == 1 and cell["data_parallel"] != "none"
-    if cell["mode"] == "forward" or cell["purpose"] not in common.PLAIN_PURPOSES or alone or \
-            not hasattr(session, "local_steps"):
+    if cell["mode"] == "forward" or alone or not hasattr(session, "local_steps"):
         return {}
     session.local_steps(1)
     report = {"local_step_chunks": timed_local_chunks(session, cell["steps"])}
