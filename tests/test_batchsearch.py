@@ -116,19 +116,23 @@ def test_the_smallest_oom_runs_once_more_and_the_answer_is_confirmed_twice_as_a_
 
 
 def test_a_confirmation_runs_the_plain_cells_steps_in_its_own_cell():
+    # A trial's timeout stretches to the confirmation's steps, unless the plain cell has one.
     make_trial = trial_factory(framework="torch", launcher="torchrun", workload="cifar10",
-                               image_size=32, steps=1, warmup=0, device_type="cpu",
-                               memory_limit=2**30)
+                               image_size=32, steps=3, warmup=2, device_type="cpu",
+                               memory_limit=2**30, timeout_s=100)
     trial, first, second = (make_trial(1, 64, 0), make_trial(1, 64, 0, confirmation=True),
                             make_trial(1, 64, 1, confirmation=True))
-    assert (trial.purpose, trial.steps, trial.warmup) == ("maxbatch", 1, 0)
-    assert (first.purpose, first.steps, first.warmup) == ("confirmation", 20, 5)
+    assert (trial.purpose, trial.steps, trial.warmup, trial.timeout_s) == ("maxbatch", 3, 2, 100)
+    assert (first.purpose, first.steps, first.warmup, first.timeout_s) == (
+        "confirmation", 20, 5, 500)
     assert len({trial.cell_id, first.cell_id, second.cell_id}) == 3
-    sweep_like = trial_factory(plain={"steps": 7, "warmup": 2, "min_time_s": 1.5},
+    sweep_like = trial_factory(plain={"steps": 7, "warmup": 2, "min_time_s": 1.5,
+                                      "timeout_s": 60},
                                framework="torch", launcher="torchrun", workload="cifar10",
-                               steps=1, warmup=0, device_type="cpu", memory_limit=2**30)
+                               steps=1, warmup=0, device_type="cpu", memory_limit=2**30,
+                               timeout_s=100)
     cell = sweep_like(1, 64, 0, confirmation=True)
-    assert (cell.steps, cell.warmup, cell.min_time_s) == (7, 2, 1.5)
+    assert (cell.steps, cell.warmup, cell.min_time_s, cell.timeout_s) == (7, 2, 1.5, 60)
 
 
 @pytest.mark.parametrize("failure", ["error", "oom", "crashed"])

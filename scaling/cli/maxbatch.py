@@ -38,8 +38,8 @@ def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy
     Each trial is a real cell under the real launcher (forward, backward and optimizer step).
     The search grows geometrically, then predicts the limit from the measured memory per sample
     and brackets it to the exact batch at the given granularity. The answer is then confirmed
-    by at least two runs as a plain `scaling run` cell (its 20 steps after 5 of warm-up),
-    each in its own processes; a batch that fails one is not the answer, and the next one
+    by at least two runs as a plain `scaling run` cell (its 20 steps after 5 of warm-up, with
+    --timeout stretched to them), each in its own processes; a batch that fails one is not the answer, and the next one
     down is confirmed. Trials are recorded in OUT/results.jsonl, so
     an interrupted search resumes without repeating one. The table is also written to
     OUT/maxbatch.csv.

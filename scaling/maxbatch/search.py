@@ -320,8 +320,14 @@ def trial_factory(plain: Optional[Dict] = None, **fields) -> Callable[..., Cell]
     """``make_trial(devices, batch, attempt, confirmation=False)`` for trials that share every
     other cell field. A confirmation takes ``plain``'s fields in place of the trial's: the
     steps, warm-up and ``min_time_s`` of the plain cell that the answer stands for
-    (:data:`PLAIN_CELL` by default)."""
-    plain_fields = {**fields, **(PLAIN_CELL if plain is None else plain)}
+    (:data:`PLAIN_CELL` by default), and its timeout, or the trial's for as many steps."""
+    plain = PLAIN_CELL if plain is None else plain
+    plain_fields = {**fields, **plain}
+    if "timeout_s" in fields and "timeout_s" not in plain:
+        steps = [(run.get("steps", PLAIN_CELL["steps"]), run.get("warmup", PLAIN_CELL["warmup"]))
+                 for run in (plain_fields, fields)]
+        ratio = sum(steps[0]) / max(1, sum(steps[1]))
+        plain_fields["timeout_s"] = fields["timeout_s"] * max(1.0, ratio)
 
     def make_trial(devices: int, batch: int, attempt: int, confirmation: bool = False) -> Cell:
         return make_cell(devices=devices, batch_size=batch, repeat=attempt,

@@ -39,7 +39,7 @@ def search_max_batches(spec: SweepConfig, out_dir, console: Console
                 device_type=device_type, threads_per_device=spec.thread_counts()[0],
                 nodes=1, memory_limit=memory_limit, options=fw_section.options,
                 timeout_s=spec.timeout_s, allow_oversubscribe=spec.allow_oversubscribe,
-                plain={"steps": spec.steps, "warmup": spec.warmup,
+                plain={"steps": spec.steps, "warmup": spec.warmup, "timeout_s": spec.timeout_s,
                        "min_time_s": spec.min_time_s, "profile": spec.profile})
             for result in find_max_batches(
                     make_trial, device_counts(spec.devices, device_type), section.multiple_of,
