@@ -11,11 +11,10 @@ Standard library plus the framework named in the spec.
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Dict, List
 
 from scaling.workers.compute import matmul_ceiling_tflops
+from scaling.workers.matmul_worker import run_json
 
 
 def take_threads(framework: str, threads: int) -> None:
@@ -40,12 +39,5 @@ def measure(spec: Dict) -> List[float]:
             for _ in range(spec["repeats"])]
 
 
-def main() -> None:
-    with open(sys.argv[1]) as spec_file:
-        spec = json.load(spec_file)
-    with open(sys.argv[2], "w") as out:
-        json.dump(measure(spec), out)
-
-
 if __name__ == "__main__":
-    main()
+    run_json(measure)

@@ -140,7 +140,8 @@ def measure(spec: Dict) -> List[Dict]:
     return results
 
 
-def main() -> None:
+def run_json(measure: Callable[[Dict], object]) -> None:
+    """``python -m WORKER SPEC OUT``: read the JSON spec, write what ``measure`` returns."""
     with open(sys.argv[1]) as spec_file:
         spec = json.load(spec_file)
     with open(sys.argv[2], "w") as out:
@@ -148,4 +149,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_json(measure)
