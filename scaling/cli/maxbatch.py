@@ -11,7 +11,7 @@ from scaling.cli.options import (cell_options, parse_device_list, parse_options,
 from scaling.cli.output import console, prepare_out_dir
 from scaling.errors import exit_status
 from scaling.maxbatch.bracket import STRATEGIES
-from scaling.maxbatch.search import TrialRunner, check_search_bounds, trial_factory
+from scaling.maxbatch.search import TrialRunner, check_search_bounds, run_kind, trial_factory
 from scaling.units import parse_bytes
 
 
@@ -39,8 +39,8 @@ def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy
     The search grows geometrically, then predicts the limit from the measured memory per sample
     and brackets it to the exact batch at the given granularity. The answer is then confirmed
     by at least two runs as a plain `scaling run` cell (its 20 steps after 5 of warm-up, with
-    --timeout stretched to them), each in its own processes; a batch that fails one is not the answer, and the next one
-    down is confirmed. Trials are recorded in OUT/results.jsonl, so
+    --timeout stretched to them), each in its own processes; a batch that fails one is not the
+    answer, and the next one down is confirmed. Trials are recorded in OUT/results.jsonl, so
     an interrupted search resumes without repeating one. The table is also written to
     OUT/maxbatch.csv.
 
@@ -62,7 +62,7 @@ def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy
     for count in counts:
         make_trial(count, start, 0)
     runner = TrialRunner(out_dir, python, on_trial=lambda r: console.print(
-        f"  trial: {r['devices']} device(s), batch {r['batch_size']}: {r['status']}"))
+        f"  {run_kind(r)}: {r['devices']} device(s), batch {r['batch_size']}: {r['status']}"))
     search = {"make_trial": make_trial, "device_counts": counts, "multiple_of": multiple_of,
               "minimum": start, "maximum": maximum, "run_trial": runner, "strategy": strategy,
               "headroom": headroom}

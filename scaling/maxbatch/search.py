@@ -61,6 +61,11 @@ class MaxBatchResult:
     rejected: Optional[str] = None
 
 
+def run_kind(record: Dict) -> str:
+    """``trial`` or ``confirmation``: what a run of the search was, in words."""
+    return "confirmation" if record.get("purpose") == "confirmation" else "trial"
+
+
 class TrialRunner:
     """Runs trial cells, or returns the recorded result of a trial that already ran."""
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from scaling.cell import describe
 from scaling.errors import ScalingError
 from scaling.maxbatch.search import (MaxBatchResult, TrialRunner, check_search_bounds,
-                                     find_max_batches, trial_factory)
+                                     find_max_batches, run_kind, trial_factory)
 from scaling.sweep import SweepConfig, device_counts, interpreters
 from scaling.units import parse_bytes
 
@@ -30,7 +30,7 @@ def search_max_batches(spec: SweepConfig, out_dir, console: Console
     found, results = {}, []
     for framework, fw_section in spec.frameworks.items():
         runner = TrialRunner(out_dir, pythons.get(framework), on_trial=lambda r: console.print(
-            f"  max-batch trial: {describe(r)}: {r['status']}"))
+            f"  max-batch {run_kind(r)}: {describe(r)}: {r['status']}"))
         for launcher, workload in itertools.product(fw_section.launchers, spec.workloads):
             make_trial = trial_factory(
                 framework=fw_section.framework or framework,
