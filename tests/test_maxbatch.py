@@ -72,7 +72,7 @@ def assert_confirmed(out_dir, row, step):
 @pytest.mark.slow
 def test_found_batch_runs_and_the_next_size_up_runs_out_of_memory(out_dir):
     result = scaling_cli(*SEARCH, "--devices", "1,2", "--min", 128, "--steps", 1,
-                         "--headroom", 0.9, "--out", out_dir)
+                         "--headroom", 0.9, "--out", out_dir, timeout=1800)
     assert result.returncode == 0, result.stderr
     found = read_maxbatch(out_dir)
     assert set(found) == {1, 2}
