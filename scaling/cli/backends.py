@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import click
+from rich.console import Console
 
 from scaling.cell import Cell
 from scaling.cli.output import console, print_max_batches
@@ -61,11 +62,16 @@ def register_backend(cls):
     return cls
 
 
+progress = Console(stderr=True)
+"""Where the work before the cells says what it did, beside the progress bar (standard error),
+so that standard output holds the results alone."""
+
+
 def measure_ceilings(out_dir, cells: List[Cell], pythons: Dict[str, str]) -> None:
     """The CPU matmul ceilings that ``cells`` divide by, measured on this machine before they
     run where the folder has none, each said on the console."""
     for entry in ensure_cells_ceilings(out_dir, cells, pythons):
-        console.print(describe_ceiling(entry))
+        progress.print(describe_ceiling(entry))
 
 
 @register_backend
