@@ -57,9 +57,9 @@ def main():
     result = {
         "benchmark": "max-batch search: model-guided vs doubling-then-bisection",
         "config": {"start": args.start, "granularity": 1, "devices": 1, "steps": 2,
-                   "warmup": 1, "confirmation_runs": "model only, of the answer and of the "
-                                                     "smallest OOM; the baseline stops at its "
-                                                     "answer"},
+                   "warmup": 1, "confirmation_runs": "model only: the smallest OOM once "
+                                                     "more, the answer by at least two plain "
+                                                     "cells; the baseline stops at its answer"},
         "machine": {"cpu_model": hardware.cpu_model(), "cores": hardware.cpu_cores()},
         "cases": rows,
     }
