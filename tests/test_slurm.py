@@ -107,7 +107,9 @@ def two_node_sweep(cluster, tmp_path_factory):
 @pytest.mark.slow
 def test_sweep_over_one_and_two_nodes_with_torchrun_and_tf_multiworker(two_node_sweep):
     root, result = two_node_sweep
-    assert "4 submitted in 2 job array(s)" in result.stdout
+    # one array for each framework's one-node cells (pinned, with their baseline, to a node),
+    # one for the cells over two nodes
+    assert "4 submitted in 3 job array(s)" in result.stdout
     records = read_records(root / HOSTILE)
     assert sorted((r["framework"], r["nodes"], r["status"]) for r in records) == [
         ("tensorflow", 1, "ok"), ("tensorflow", 2, "ok"), ("torch", 1, "ok"), ("torch", 2, "ok")]

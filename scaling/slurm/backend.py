@@ -42,7 +42,7 @@ def to_submit(cells: List[Cell], out_dir) -> List[Cell]:
 def submit(cells: List[Cell], out_dir, section: SlurmSection, label: str,
            pythons: Dict[str, str], watch: WatchSettings, console: Console) -> None:
     todo = to_submit(cells, out_dir)
-    jobs = submit_cells(todo, out_dir, section, label, pythons, watch) if todo else []
+    jobs = submit_cells(todo, out_dir, section, label, pythons, watch, cells) if todo else []
     console.print(f"{label}: {len(cells)} cells, {len(cells) - len(todo)} recorded or queued, "
                   f"{len(todo)} submitted in {len(jobs)} job array(s)" +
                   (f": {', '.join(job['job_id'] for job in jobs)}" if jobs else ""))

@@ -67,15 +67,19 @@ def widest(cells: Sequence[Cell], section: SlurmSection) -> Tuple:
         max(need[2] for need in needs)
 
 
-def pinned_node(cell: Cell, nodes: Sequence[str]) -> Optional[str]:
-    """The node a one-node cell is pinned to, the same for every cell that shares its baseline
-    (its ``single`` twin, any repeat), so that a curve's one-node points and their baseline are
-    measured on one node; chosen from ``nodes`` by the baseline's id, so a resumed sweep keeps
-    it. None for cells over several nodes, or without ``nodes`` to choose from."""
-    if cell.nodes > 1 or not nodes:
-        return None
-    baseline = single_twin(cell).with_changes(repeat=0).cell_id
-    return nodes[int(baseline, 16) % len(nodes)]
+def baseline_group(cell: Cell) -> str:
+    """The id shared by the cells measured against one baseline (their ``single`` twin)."""
+    return single_twin(cell).with_changes(repeat=0).cell_id
+
+
+def pinned_nodes(cells: Sequence[Cell], nodes: Sequence[str]) -> Dict[str, str]:
+    """Baseline group -> the node its one-node cells are pinned to, so that a curve's one-node
+    points and their baseline are measured on one node: the groups of ``cells`` (the whole
+    sweep, so that a resumed sweep pins as the first submission did) in their order, round
+    the ``nodes``. Empty without nodes to choose from."""
+    groups = dict.fromkeys(baseline_group(cell) for cell in cells if cell.nodes == 1)
+    return {group: nodes[index % len(nodes)] for index, group in enumerate(groups)} \
+        if nodes else {}
 
 
 def names_nodes(section: SlurmSection) -> bool:
@@ -127,13 +131,16 @@ def note(out_dir, entry: Dict) -> None:
 
 def submit_cells(cells: Sequence[Cell], out_dir, section: SlurmSection, label: str,
                  pythons: Optional[Dict[str, str]] = None,
-                 watch: WatchSettings = WatchSettings()) -> List[Dict]:
-    """Submit ``cells``, one array per resource group and pinned node (:func:`pinned_node`);
-    returns the ledger entries."""
-    candidates = [] if names_nodes(section) else controller.node_names(section.partition)
+                 watch: WatchSettings = WatchSettings(),
+                 sweep: Optional[Sequence[Cell]] = None) -> List[Dict]:
+    """Submit ``cells`` (of ``sweep``, default: those), one array per resource group, and one
+    per baseline's one-node cells pinned to a node (:func:`pinned_nodes`); returns the ledger
+    entries."""
+    pins = {} if names_nodes(section) else \
+        pinned_nodes(sweep or cells, controller.node_names(section.partition))
     groups: Dict[Tuple, List[Cell]] = {}
     for cell in cells:
-        node = pinned_node(cell, candidates)
+        node = pins.get(baseline_group(cell)) if cell.nodes == 1 else None
         groups.setdefault((node,) if node else resources(cell, section), []).append(cell)
     submitted = []
     for key, members in groups.items():
