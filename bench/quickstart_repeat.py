@@ -1,0 +1,126 @@
+"""The quickstart, run several times back to back: do numbers that compare different cells
+hold from one run to the next?
+
+Runs ``configs/quickstart.yaml`` RUNS times, each into its own folder, and for every point of
+every curve reports each run's efficiency with its interval, and for each launcher its
+``parallel_overhead``. Checks, as a newcomer would read them:
+
+- every point's efficiency intervals overlap across the runs;
+- no efficiency is above 100% beyond its interval;
+- each launcher's ``parallel_overhead`` has one sign in every run, or an interval holding 0.
+
+    python bench/quickstart_repeat.py --runs 3 --output bench/results/quickstart_repeat.json
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchlib import machine
+from scaling.execute.store import ResultStore
+from scaling.report.tables import cell_summary, series_key, with_scaling
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_run(out: Path) -> dict:
+    """Run the quickstart into ``out``; its points (efficiency, interval) and overheads."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "scaling", "sweep", str(ROOT / "configs" /
+                                                                  "quickstart.yaml"),
+                    "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
+    rows = with_scaling(ResultStore(out).records())
+    groups = {}
+    for row in rows:
+        if row["launcher"] != "single":
+            groups.setdefault((row["workload"], row["batch_size"], row["launcher"],
+                               row["total_devices"]), []).append(row)
+    points = {}
+    for (workload, batch, launcher, devices), group in sorted(groups.items()):
+        summary = cell_summary(group)
+        points[f"{workload} b{batch} {launcher} x{devices}"] = {
+            "images_per_sec": summary["images_per_sec"],
+            "efficiency": summary["efficiency"],
+            "efficiency_interval": [summary["efficiency_low"], summary["efficiency_high"]],
+            "baseline_drift": group[0]["baseline_drift"],
+            "marks": [name for name in ("suspect", "noisy", "drifted") if summary[name]],
+            "parallel_overhead": group[0]["parallel_overhead"],
+            "parallel_overhead_interval": [group[0]["parallel_overhead_low"],
+                                           group[0]["parallel_overhead_high"]],
+        }
+    return {"folder": str(out), "sweep_s": time.perf_counter() - started,
+            "curves": len({series_key(row) for row in rows}), "points": points}
+
+
+def checks(runs: list) -> dict:
+    """The three checks over ``runs``, each with the points that fail it."""
+    names = sorted(set.intersection(*(set(run["points"]) for run in runs)))
+    disjoint, above, flipped = [], [], []
+    for name in names:
+        intervals = [run["points"][name]["efficiency_interval"] for run in runs]
+        if None in (end for interval in intervals for end in interval):
+            disjoint.append(f"{name}: no interval")
+        elif max(low for low, _ in intervals) > min(high for _, high in intervals):
+            disjoint.append(name)
+        above += [name for low, _ in intervals if low is not None and low > 1]
+        overheads = [(run["points"][name]["parallel_overhead"],
+                      run["points"][name]["parallel_overhead_interval"]) for run in runs]
+        if name.endswith("x1") and None not in (value for value, _ in overheads):
+            signs = {value > 0 for value, _ in overheads}
+            holds_zero = all(low is not None and low <= 0 <= high
+                             for _, (low, high) in overheads)
+            if len(signs) > 1 and not holds_zero:
+                flipped.append(name)
+    return {"points": len(names), "intervals_disjoint": disjoint,
+            "efficiency_above_100_beyond_interval": sorted(set(above)),
+            "parallel_overhead_sign_flips": flipped}
+
+
+def table(runs: list) -> str:
+    """The runs side by side, as the closing note and bench/README.md give them."""
+    lines = ["| point | " + " | ".join(f"run {index + 1}" for index in range(len(runs)))
+             + " |", "| --- |" + " --- |" * len(runs)]
+    for name in sorted(runs[0]["points"]):
+        cells = []
+        for run in runs:
+            point = run["points"].get(name)
+            if point is None or point["efficiency"] is None:
+                cells.append("-")
+                continue
+            low, high = point["efficiency_interval"]
+            text = f"{point['efficiency']:.0%} [{low:.0%}, {high:.0%}]" if low is not None \
+                else f"{point['efficiency']:.0%}"
+            if name.endswith("x1") and point["parallel_overhead"] is not None:
+                text += f", overhead {point['parallel_overhead']:+.1%}"
+            cells.append(text)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--scratch", type=Path, default=ROOT / "runs" / "quickstart-repeat")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    runs = []
+    for index in range(args.runs):
+        out = args.scratch / f"run{index + 1}"
+        if out.exists():
+            raise SystemExit(f"{out} exists: choose another --scratch")
+        runs.append(one_run(out))
+        print(f"run {index + 1}: {runs[-1]['sweep_s']:.0f} s", flush=True)
+    result = {"benchmark": "quickstart_repeat", "machine": machine(),
+              "config": (ROOT / "configs" / "quickstart.yaml").read_text(), "runs": runs,
+              "checks": checks(runs)}
+    print(table(runs))
+    print(json.dumps(result["checks"], indent=1))
+    if args.output:
+        args.output.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
