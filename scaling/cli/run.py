@@ -18,6 +18,7 @@ from scaling.errors import ScalingError, exit_status
 from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS
 from scaling.launchers import default_python, get_launcher, launchers_of
+from scaling.maxbatch.search import PLAIN_CELL
 from scaling.placement import local_placement
 from scaling.sweep import single_twin
 from scaling.units import parse_bytes
@@ -99,7 +100,7 @@ def folder_unit(out_dir, cell: Cell) -> Optional[int]:
 
 
 @click.command()
-@cell_options(steps=20, warmup=5, out="runs/run", what="cell")
+@cell_options(**PLAIN_CELL, out="runs/run", what="cell")
 @lambda command: apply(RUN_OPTIONS, command)
 @watch_options
 @backend_option

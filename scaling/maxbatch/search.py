@@ -31,7 +31,8 @@ from scaling.maxbatch.bracket import STRATEGIES, Bracket
 MAXBATCH_FILE = "maxbatch.csv"
 
 PLAIN_CELL = {"steps": 20, "warmup": 5}
-"""The steps and warm-up of a plain ``scaling run`` cell, which a confirmation runs."""
+"""The steps and warm-up of a plain ``scaling run`` cell (its defaults), which a confirmation
+runs."""
 
 MIN_CONFIRMATIONS = 2
 """Confirmations an answer passes at least."""
