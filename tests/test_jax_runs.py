@@ -104,7 +104,8 @@ def test_the_max_batch_search_brackets_the_cap(out_dir):
     result = scaling_cli("maxbatch", "--framework", "jax", "--launcher", "jax",
                          "--workload", "cifar10", "--image-size", 32, "--device-type", "cpu",
                          "--devices", 2, "--memory-limit", "1GiB", "--multiple-of", 64,
-                         "--steps", 1, "--warmup", 0, "--timeout", 300, "--out", out_dir)
+                         "--steps", 1, "--warmup", 0, "--confirm-steps", 1,
+                         "--confirm-warmup", 0, "--timeout", 300, "--out", out_dir)
     assert result.returncode == 0, result.stderr
     with open(Path(out_dir) / "maxbatch.csv") as table:
         [row] = list(csv.DictReader(table))

@@ -28,8 +28,11 @@ from scaling.schema import MAXBATCH_FIELDS
 from scaling.units import parse_bytes
 
 CAP = "1.1GiB"
+# Confirmations run a plain cell's 20 steps by default; these searches confirm with fewer.
+CONFIRM = (3, 1)
 SEARCH = ("maxbatch", "--workload", "cifar10", "--image-size", 32, "--device-type", "cpu",
-          "--memory-limit", CAP, "--multiple-of", 8, "--timeout", 300)
+          "--memory-limit", CAP, "--multiple-of", 8, "--timeout", 300,
+          "--confirm-steps", CONFIRM[0], "--confirm-warmup", CONFIRM[1])
 
 
 def read_maxbatch(out_dir):
@@ -49,7 +52,7 @@ def runs_by_batch(out_dir, devices=1, purpose="maxbatch"):
 
 def assert_confirmed(out_dir, row, step):
     """The answer fitted its trial and passed its last confirmations, at least two, each run
-    as a plain cell; the smallest OOM ran out of memory on its last run; the search ended on
+    with the confirmations' steps; the smallest OOM ran out of memory on its last run; the search ended on
     the answer's confirmations."""
     devices, best = int(row["devices"]), int(row["max_batch"])
     smallest_oom = int(row["min_oom_batch"])
@@ -62,7 +65,7 @@ def assert_confirmed(out_dir, row, step):
     mine = [r for r in read_records(out_dir) if r["devices"] == devices]
     assert [(r["purpose"], r["batch_size"]) for r in mine[-confirmations:]] == [
         ("confirmation", best)] * confirmations
-    assert all((r["steps"], r["warmup"]) == (20, 5) for r in mine[-confirmations:])
+    assert all((r["steps"], r["warmup"]) == CONFIRM for r in mine[-confirmations:])
     oom_runs = runs.get(smallest_oom, []) + runs_by_batch(out_dir, devices, "confirmation").get(
         smallest_oom, [])
     assert oom_runs[-1] == "oom"
@@ -180,13 +183,14 @@ def test_a_cpu_search_without_a_memory_cap_is_refused_on_the_command_line(out_di
 @pytest.mark.slow
 def test_tensorflow_confirms_the_answer_and_the_smallest_oom_under_its_allocator_cap(out_dir):
     # TensorFlow caps its own BFC allocator, whose peak near the cap varies from run to run (a
-    # batch fits in one run and not in the next), and grows over a plain cell's 25 steps
-    # (224 fits a trial's one step, not a plain cell): whatever each run does, the answer must
+    # batch fits in one run and not in the next), and grows over a confirmation's steps (a batch
+    # that fits a trial's one step may not fit four): whatever each run does, the answer must
     # have passed its confirmations and the smallest OOM run out of memory on its last run.
     result = scaling_cli("maxbatch", "--framework", "tensorflow", "--launcher", "tf-mirrored",
                          "--workload", "cifar10", "--image-size", 32, "--device-type", "cpu",
                          "--memory-limit", "256MiB", "--timeout", 300, "--steps", 1,
                          "--warmup", 0, "--min", 128, "--max", 256, "--multiple-of", 32,
+                         "--confirm-steps", CONFIRM[0], "--confirm-warmup", CONFIRM[1],
                          "--out", out_dir)
     assert result.returncode == 0, result.stderr
     assert_confirmed(out_dir, read_maxbatch(out_dir)[1], 32)

@@ -61,7 +61,7 @@ def verdict_of(tmp_path, data, *args):
 @pytest.mark.slow
 def test_a_small_model_decoding_large_images_in_its_own_process_is_input_bound(tmp_path):
     data = tmp_path / "large"
-    scaling_cli_ok("make-data", data, "--images", 16, "--size", 1280, "--classes", 2)
+    scaling_cli_ok("make-data", data, "--images", 16, "--size", 2048, "--classes", 2)
     record, row = verdict_of(tmp_path / "run", data, "--workload", "mnist_mlp",
                              "--batch-size", 8, "--steps", 6, "--warmup", 2,
                              "--loader-workers", 0)

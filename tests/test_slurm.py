@@ -414,7 +414,8 @@ def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
     out = tmp_path / "out"
     result = scaling_ok(cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16,
                         "--devices", 1, "--min", 4, "--max", 8, "--multiple-of", 4,
-                        "--memory-limit", "1.5GiB", "--out", out, "--backend", "slurm", "--wait")
+                        "--confirm-steps", 2, "--confirm-warmup", 1, "--memory-limit", "1.5GiB",
+                        "--out", out, "--backend", "slurm", "--wait")
     assert "ended COMPLETED" in result.stdout
     trials = read_records(out)
     assert {r["purpose"] for r in trials} == {"maxbatch", "confirmation"}

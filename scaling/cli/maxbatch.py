@@ -11,7 +11,8 @@ from scaling.cli.options import (cell_options, parse_device_list, parse_options,
 from scaling.cli.output import console, prepare_out_dir
 from scaling.errors import exit_status
 from scaling.maxbatch.bracket import STRATEGIES
-from scaling.maxbatch.search import TrialRunner, check_search_bounds, run_kind, trial_factory
+from scaling.maxbatch.search import (PLAIN_CELL, TrialRunner, check_search_bounds, run_kind,
+                                     trial_factory)
 from scaling.units import parse_bytes
 
 
@@ -28,18 +29,24 @@ from scaling.units import parse_bytes
 @click.option("--strategy", type=click.Choice(sorted(STRATEGIES)), default="model",
               show_default=True,
               help="model: predict the limit from measured memory; doubling: double, bisect.")
+@click.option("--confirm-steps", type=int, default=PLAIN_CELL["steps"], show_default=True,
+              help="Timed steps of each confirmation run: a plain `scaling run` cell's.")
+@click.option("--confirm-warmup", type=int, default=PLAIN_CELL["warmup"], show_default=True,
+              help="Untimed steps before a confirmation's.")
 @backend_option
 @slurm_options
 @click.pass_context
-def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy, memory_limit,
-             option_pairs, python, out_dir, backend, wait, **fields):
+def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy, confirm_steps,
+             confirm_warmup, memory_limit, option_pairs, python, out_dir, backend, wait,
+             **fields):
     """Find the largest per-device batch that fits at each device count.
 
     Each trial is a real cell under the real launcher (forward, backward and optimizer step).
     The search grows geometrically, then predicts the limit from the measured memory per sample
     and brackets it to the exact batch at the given granularity. The answer is then confirmed
-    by at least two runs as a plain `scaling run` cell (its 20 steps after 5 of warm-up, with
-    --timeout stretched to them), each in its own processes; a batch that fails one is not the
+    by at least two runs as a plain `scaling run` cell (its 20 steps after 5 of warm-up, or
+    --confirm-steps after --confirm-warmup, with --timeout stretched to them), each in its own
+    processes; a batch that fails one is not the
     answer, and the next one down is confirmed. Trials are recorded in OUT/results.jsonl, so
     an interrupted search resumes without repeating one. The table is also written to
     OUT/maxbatch.csv.
@@ -58,9 +65,11 @@ def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy
     fields["device_type"] = resolve_device_type(fields["device_type"])
     start = check_search_bounds(multiple_of, minimum, maximum, headroom, fields["device_type"],
                                 cap)
-    make_trial = trial_factory(memory_limit=cap, options=parse_options(option_pairs), **fields)
+    make_trial = trial_factory(plain={"steps": confirm_steps, "warmup": confirm_warmup},
+                               memory_limit=cap, options=parse_options(option_pairs), **fields)
     for count in counts:
         make_trial(count, start, 0)
+        make_trial(count, start, 0, confirmation=True)
     runner = TrialRunner(out_dir, python, on_trial=lambda r: console.print(
         f"  {run_kind(r)}: {r['devices']} device(s), batch {r['batch_size']}: {r['status']}"))
     search = {"make_trial": make_trial, "device_counts": counts, "multiple_of": multiple_of,
