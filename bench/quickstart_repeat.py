@@ -7,7 +7,9 @@ every curve reports each run's efficiency with its interval, and for each launch
 
 - every point's efficiency intervals overlap across the runs;
 - no efficiency is above 100% beyond its interval;
-- each launcher's ``parallel_overhead`` has one sign in every run, or an interval holding 0.
+- each launcher's ``parallel_overhead`` has one sign in every run, or an interval holding 0;
+- the model: each multi-device point's measured / predicted ratio (the report's
+  ``prediction_ratio``, the median of its repeats), and its median over the runs, within 10%.
 
     python bench/quickstart_repeat.py --runs 3 --output bench/results/quickstart_repeat.json
 """
@@ -16,11 +18,13 @@ import argparse
 import json
 import subprocess
 import sys
+import statistics
 import time
 from pathlib import Path
 
 from benchlib import machine
 from scaling.execute.store import ResultStore
+from scaling.report.model import with_predictions
 from scaling.report.tables import cell_summary, series_key, with_scaling
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +36,7 @@ def one_run(out: Path) -> dict:
     subprocess.run([sys.executable, "-m", "scaling", "sweep", str(ROOT / "configs" /
                                                                   "quickstart.yaml"),
                     "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
-    rows = with_scaling(ResultStore(out).records())
+    rows = with_predictions(with_scaling(ResultStore(out).records()))
     groups = {}
     for row in rows:
         if row["launcher"] != "single":
@@ -41,6 +45,8 @@ def one_run(out: Path) -> dict:
     points = {}
     for (workload, batch, launcher, devices), group in sorted(groups.items()):
         summary = cell_summary(group)
+        ratios = [row["prediction_ratio"] for row in group
+                  if devices > 1 and row.get("prediction_ratio") is not None]
         points[f"{workload} b{batch} {launcher} x{devices}"] = {
             "images_per_sec": summary["images_per_sec"],
             "efficiency": summary["efficiency"],
@@ -50,6 +56,7 @@ def one_run(out: Path) -> dict:
             "parallel_overhead": group[0]["parallel_overhead"],
             "parallel_overhead_interval": [group[0]["parallel_overhead_low"],
                                            group[0]["parallel_overhead_high"]],
+            "prediction_ratio": statistics.median(ratios) if ratios else None,
         }
     return {"folder": str(out), "sweep_s": time.perf_counter() - started,
             "curves": len({series_key(row) for row in rows}), "points": points}
@@ -74,7 +81,13 @@ def checks(runs: list) -> dict:
                              for _, (low, high) in overheads)
             if len(signs) > 1 and not holds_zero:
                 flipped.append(name)
+    ratios = {name: statistics.median(run["points"][name]["prediction_ratio"] for run in runs)
+              for name in names if all(run["points"][name]["prediction_ratio"] is not None
+                                       for run in runs)}
     return {"points": len(names), "intervals_disjoint": disjoint,
+            "prediction_ratio_median": ratios,
+            "model_outside_10pct": sorted(name for name, ratio in ratios.items()
+                                          if abs(ratio - 1) > 0.1),
             "efficiency_above_100_beyond_interval": sorted(set(above)),
             "parallel_overhead_sign_flips": flipped}
 
@@ -95,6 +108,8 @@ def table(runs: list) -> str:
                 else f"{point['efficiency']:.0%}"
             if name.endswith("x1") and point["parallel_overhead"] is not None:
                 text += f", overhead {point['parallel_overhead']:+.1%}"
+            if point["prediction_ratio"] is not None:
+                text += f", measured/predicted {point['prediction_ratio']:.2f}"
             cells.append(text)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
