@@ -221,7 +221,9 @@ def test_a_task_requeued_while_it_runs_records_once_from_its_second_run(cluster,
     subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
     wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued task pending")
     wait_until(lambda: not processes_mentioning(out), "the first run's processes gone")
-    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], check=True,
+    # A credential revoked by the requeue also revokes any issued within the same second, so
+    # the second run begins a few seconds on: started at once, slurmd refuses it.
+    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now+3"], check=True,
                    env=cluster.env)
     scaling_ok(cluster, "status", out, "--wait")
     [record] = read_records(out)
