@@ -19,6 +19,8 @@ from markupsafe import Markup
 from scaling import __version__
 from scaling.execute.allreduce import allreduce_rows, marks
 from scaling.execute.matmul import crossover, matmul_records
+from scaling.execute.preflight import FIGURES as PREFLIGHT_FIGURES
+from scaling.execute.preflight import read_preflight
 from scaling.maxbatch.search import MAXBATCH_FILE, read_maxbatch_csv
 from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
 from scaling.report.input import INPUT_HEADERS, INPUT_TITLE, input_lines
@@ -172,6 +174,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
         matmul=matmul_section(records),
         allreduce=allreduce_section(records),
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
+        preflight=read_preflight(out_dir), preflight_figures=PREFLIGHT_FIGURES,
         statuses={status: STATUSES.get(status, "") for status in statuses if status != "ok"},
         suspects=_notes(sections, "suspect"),
         noisy=_notes(sections, "noisy"),
