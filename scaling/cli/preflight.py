@@ -10,6 +10,8 @@ from rich.table import Table
 
 from scaling import hardware
 from scaling.cell import DEVICE_TYPES, resolve_device_type
+from scaling.cli.backends import BACKENDS, backend_option
+from scaling.cli.options import pop_slurm_flags, slurm_options
 from scaling.cli.output import console, prepare_out_dir
 from scaling.errors import EXIT_FAILED, ScalingError
 from scaling.execute import preflight as check
@@ -41,6 +43,34 @@ def print_verdict(verdict) -> None:
     console.print(f"good nodes: --nodelist {verdict['nodelist'] or '(none)'}")
 
 
+def submit_preflight(spec, out_dir, slurm, nodes, nodelist, wait):
+    """The verdict of one Slurm job over the nodes, once it ended; None without --wait."""
+    from scaling.slurm import backend as slurm_backend
+    from scaling.slurm import controller, queue
+    from scaling.slurm.submit import submit_array
+
+    section = slurm_backend.with_overrides(None, **slurm)
+    if nodelist and not nodes:
+        nodes = len(controller.call(["scontrol", "show", "hostnames",
+                                                   nodelist]).split())
+    out = Path(out_dir).resolve()
+    (out / check.PREFLIGHT_FILE).unlink(missing_ok=True)
+    job = submit_array(out, "preflight", {"preflight": spec}, {"cells": []}, section, tasks=1,
+                       nodes=nodes or 1, gpus_per_node=spec["devices"]
+                       if spec["device_type"] == "gpu" else None,
+                       cpus_per_task=section.cpus_per_task or spec["devices"] * spec["threads"],
+                       nodelist=nodelist)
+    console.print(f"preflight of {nodes or 1} node(s) submitted as Slurm job {job['job_id']}")
+    if not wait:
+        return None
+    state = queue.wait_for_job(job["job_id"], slurm_backend.POLL_S)
+    console.print(f"job {job['job_id']} ended {state['JobState'] if state else 'unknown'}")
+    verdict = check.read_preflight(out)
+    if verdict is None:
+        raise click.exceptions.Exit(EXIT_FAILED)
+    return verdict
+
+
 def check_threshold(ctx, param, value: float) -> float:
     if not 0 < value < 100:
         raise click.BadParameter(f"must be a percentage between 0 and 100, got {value:g}")
@@ -54,8 +84,11 @@ def check_threshold(ctx, param, value: float) -> float:
               help="Devices of the node [default: its GPUs, or 2 CPU workers].")
 @click.option("--threads-per-device", type=click.IntRange(min=1),
               help="CPU threads per worker [default: cores // devices, at least 1].")
-@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Nodes to check; this one alone without a scheduler.")
+@click.option("--nodes", type=click.IntRange(min=1),
+              help="Nodes to check, in one allocation with --backend slurm [default: 1, or "
+                   "those of --nodelist].")
+@click.option("--nodelist", help="With --backend slurm: the nodes to check, in Slurm's form "
+                                 "(n[1-4]).")
 @click.option("--repeats", type=click.IntRange(min=1), default=check.REPEATS,
               show_default=True, help="Repeats of the matmul and the triad per device.")
 @click.option("--threshold", type=float, default=10, show_default=True,
@@ -68,9 +101,11 @@ def check_threshold(ctx, param, value: float) -> float:
               help="Also write this preflight to FILE, for later --baseline runs.")
 @click.option("--out", "out_dir", default="runs/preflight", show_default=True,
               type=click.Path(file_okay=False))
+@backend_option
+@slurm_options
 @click.pass_context
-def preflight(ctx, device_type, devices, threads_per_device, nodes, repeats, threshold,
-              baseline, save_baseline, out_dir):
+def preflight(ctx, device_type, devices, threads_per_device, nodes, nodelist, repeats,
+              threshold, baseline, save_baseline, out_dir, backend, wait, **slurm):
     """Measure each node alone, then flag the nodes that fall behind.
 
     Per node, device by device: the matmul ceiling and the memory bandwidth (a STREAM triad),
@@ -79,23 +114,40 @@ def preflight(ctx, device_type, devices, threads_per_device, nodes, repeats, thr
     figure is compared with the fleet's median, or with --baseline's figure for the same host,
     and a figure more than --threshold percent below it flags the node.
 
+    With --backend slurm, one job holds the nodes (--nodes or --nodelist): each node measures
+    itself at once, then every pair of nodes (up to 8; beyond, each with the next in a ring)
+    times an allreduce between them, and a node's pair_busbw_GBps is the median over its pairs.
+    --wait blocks until the job ends and then prints the verdict.
+
     Writes OUT/preflight.json and the report's preflight section (OUT/report.html), prints a
     table per node and the good nodes as a --nodelist string.
 
-    Exits 0 when no node is flagged, 1 when one is, 2 for bad input.
+    Exits 0 when no node is flagged, 1 when one is (or the job gave no verdict), 2 for bad
+    input.
     """
-    if nodes > 1:
-        raise ScalingError(f"--nodes {nodes} needs a scheduler; this command checks this node "
-                           "alone (--nodes 1)")
+    slurm = pop_slurm_flags(slurm)
+    if backend == "local" and ((nodes or 1) > 1 or nodelist):
+        raise ScalingError("several nodes need a scheduler: add --backend slurm, or check this "
+                           "node alone without --nodes and --nodelist")
     reference = check.read_baseline(baseline) if baseline else None
     device_type = resolve_device_type(device_type)
     devices = devices or (hardware.gpu_count() if device_type == "gpu" else 2)
-    threads = threads_per_device or max(1, hardware.cpu_cores() // devices)
+    cores = BACKENDS.get(backend).cores(slurm) or hardware.cpu_cores()
+    threads = threads_per_device or max(1, cores // devices)
     prepare_out_dir(out_dir)
-    node = check.measure_node(out_dir, device_type, devices, threads, repeats,
-                              say=lambda what: console.print(f"preflight: {what}"))
-    verdict = check.judge([node], threshold, reference, baseline)
-    console.print(f"wrote {check.write_preflight(verdict, Path(out_dir) / check.PREFLIGHT_FILE)}")
+    if backend == "slurm":
+        spec = {"device_type": device_type, "devices": devices, "threads": threads,
+                "repeats": repeats, "threshold": threshold,
+                "baseline": str(Path(baseline).resolve()) if baseline else None}
+        verdict = submit_preflight(spec, out_dir, slurm, nodes, nodelist, wait)
+        if verdict is None:
+            return
+    else:
+        node = check.measure_node(out_dir, device_type, devices, threads, repeats,
+                                  say=lambda what: console.print(f"preflight: {what}"))
+        verdict = check.judge([node], threshold, reference, baseline)
+        check.write_preflight(verdict, Path(out_dir) / check.PREFLIGHT_FILE)
+    console.print(f"wrote {Path(out_dir) / check.PREFLIGHT_FILE}")
     if save_baseline:
         shutil.copyfile(Path(out_dir) / check.PREFLIGHT_FILE, save_baseline)
         console.print(f"wrote {save_baseline}")

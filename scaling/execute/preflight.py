@@ -35,6 +35,8 @@ FIGURES = {
     "triad_GBps": "memory bandwidth per device (STREAM triad), GB/s",
     "cell_images_per_sec": "a short single cell per device, images/sec",
     "allreduce_busbw_GBps": "allreduce bus bandwidth across the node's devices, GB/s",
+    "pair_busbw_GBps": "allreduce bus bandwidth between this node and each other, the median "
+                       "over its pairs, GB/s (several nodes)",
 }
 """Every figure of a node, each higher-is-better, with what it is."""
 REPEATS = 6
@@ -87,11 +89,14 @@ def figure(values: List[float]) -> Dict:
 
 
 def measure_node(out_dir, device_type: str, devices: int, threads: int,
-                 repeats: int = REPEATS, say: Callable[[str], None] = lambda _: None) -> Dict:
+                 repeats: int = REPEATS, say: Callable[[str], None] = lambda _: None,
+                 host: Optional[str] = None) -> Dict:
     """This node's figures, measured one after another so that each runs alone; a figure that
-    could not be measured is None, with the reason in ``errors``."""
+    could not be measured is None, with the reason in ``errors``. ``host`` names the node
+    (its host name by default; its scheduler's name for it under Slurm)."""
     python = default_python("torch", "single")
-    node: Dict = {"host": socket.gethostname(), "device_type": device_type, "devices": devices,
+    node: Dict = {"host": host or socket.gethostname(), "device_type": device_type,
+                  "devices": devices,
                   "threads_per_device": threads, "figures": {}, "errors": {}}
     say("matmul ceiling and memory bandwidth per device")
     try:
