@@ -13,6 +13,7 @@ from scaling.errors import exit_status
 from scaling.execute.runner import check_resumable
 from scaling.execute.store import ResultStore
 from scaling.report.provenance import keep_sweep_file
+from scaling.report.summary import summary_lines
 from scaling.sweep import load_sweep
 
 
@@ -25,8 +26,8 @@ HTML = click.option(
          "max-batch table and provenance.")
 
 
-def write_figures(out_dir, rows, plot: bool, html: bool) -> None:
-    """The PNGs and the HTML page of a report, as asked."""
+def write_figures(out_dir, rows, plot: bool, html: bool):
+    """The PNGs and the HTML page of a report, as asked; the page's path, or None."""
     if plot:
         from scaling.report.figures import plot_scaling
 
@@ -35,7 +36,18 @@ def write_figures(out_dir, rows, plot: bool, html: bool) -> None:
     if html:
         from scaling.report.html import write_html
 
-        console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
+        page = write_html(out_dir, rows, ResultStore(out_dir).records())
+        console.print(f"wrote {page}")
+        return page
+    return None
+
+
+def print_summary(rows, page) -> None:
+    """The answer, last: :func:`scaling.report.summary.summary_lines`, and where the HTML
+    report is (or how to write it)."""
+    lines = summary_lines(rows)
+    lines.append(f"Report: {page}" if page else "Report: add --html for report.html")
+    console.print("\n".join(lines))
 
 
 @click.command()
@@ -76,8 +88,11 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
                                         watch_settings(wait_for_quiet_s, no_telemetry),
                                         pop_slurm_flags(slurm_flags), wait)
     if local or wait:
-        write_figures(out_dir, print_report(out_dir), plot, html)
-        ctx.exit(exit_status(print_counts([cell.cell_id for cell in cells], out_dir)))
+        rows = print_report(out_dir)
+        page = write_figures(out_dir, rows, plot, html)
+        counts = print_counts([cell.cell_id for cell in cells], out_dir)
+        print_summary(rows, page)
+        ctx.exit(exit_status(counts))
 
 
 @click.command(name="report")
@@ -92,4 +107,5 @@ def report_command(out_dir, plot, html, price_pairs):
     """Print the scaling tables of OUT_DIR and write OUT_DIR/results.csv with speedup and
     efficiency (weak scaling: per-device batch fixed, baseline = measured one device), and,
     where prices are known, the cost of a million images against the reference cell."""
-    write_figures(out_dir, print_report(out_dir, parse_prices(price_pairs)), plot, html)
+    rows = print_report(out_dir, parse_prices(price_pairs))
+    print_summary(rows, write_figures(out_dir, rows, plot, html))
