@@ -8,18 +8,18 @@ import subprocess
 import sys
 
 import pytest
-from conftest import read_records
+from conftest import read_records, write_sweep
 from slurmcluster import SlurmCluster, missing_binaries
 
 from scaling.execute.preflight import PREFLIGHT_FILE
 
-SLOW_SHARE = 0.15
-"""The slowed node's quota: 15% of a core."""
+SLOW_SHARE = 0.2
+"""The slowed node's quota: a fifth of a core."""
 THRESHOLD = 30
 """The two nodes share this machine's two cores with whatever else runs, so the test flags
 at 30% below the fleet's median, beyond what sharing moves, and well short of the slowdown."""
 PREFLIGHT = ("preflight", "--backend", "slurm", "--nodes", 2, "--device-type", "cpu",
-             "--devices", 1, "--threads-per-device", 1, "--repeats", 3, "--threshold",
+             "--devices", 1, "--threads-per-device", 1, "--repeats", 2, "--threshold",
              THRESHOLD, "--wait")
 
 
@@ -69,3 +69,17 @@ def test_a_two_node_cell_names_the_slowed_nodes_rank_as_its_straggler(cluster, t
     [record] = read_records(tmp_path)
     assert record["straggler_rank"] == 1 and record["rank_skew"] >= 1.2
     assert record["straggler"]
+
+
+@pytest.mark.slow
+def test_a_sweep_with_preflight_keeps_its_cells_off_the_slowed_node(cluster, tmp_path):
+    config = write_sweep(tmp_path / "sweep.yaml", single_baseline=True, steps=2, warmup=1)
+    with cluster.slowed("n2", SLOW_SHARE):
+        swept = scaling(cluster, "sweep", config, "--preflight", "--backend", "slurm", "--wait",
+                        "--out", tmp_path / "out")
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    verdict = json.loads((tmp_path / "out" / PREFLIGHT_FILE).read_text())
+    assert verdict["flagged"] == ["n2"]
+    records = read_records(tmp_path / "out")
+    assert [r["launcher"] for r in records].count("torchrun") == 1
+    assert {r["slurm"]["node_list"] for r in records} == {"n1"}

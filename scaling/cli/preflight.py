@@ -43,32 +43,37 @@ def print_verdict(verdict) -> None:
     console.print(f"good nodes: --nodelist {verdict['nodelist'] or '(none)'}")
 
 
-def submit_preflight(spec, out_dir, slurm, nodes, nodelist, wait):
-    """The verdict of one Slurm job over the nodes, once it ended; None without --wait."""
+def preflight_first(spec, out_dir, backend: str, slurm: dict) -> dict:
+    """A sweep's ``--preflight``: the partition's nodes checked in one job, the verdict printed
+    and kept in the sweep's folder; the Slurm flags with the flagged nodes excluded. Exits 1
+    when fewer good nodes are left than the sweep's cells need."""
+    if backend != "slurm":
+        raise ScalingError("--preflight compares the nodes of a cluster: add --backend slurm "
+                           "(check this node alone with scaling preflight --baseline FILE)")
     from scaling.slurm import backend as slurm_backend
-    from scaling.slurm import controller, queue
-    from scaling.slurm.submit import submit_array
+    from scaling.slurm import controller
+    from scaling.slurm.preflight import submit_preflight
 
-    section = slurm_backend.with_overrides(None, **slurm)
-    if nodelist and not nodes:
-        nodes = len(controller.call(["scontrol", "show", "hostnames",
-                                                   nodelist]).split())
-    out = Path(out_dir).resolve()
-    (out / check.PREFLIGHT_FILE).unlink(missing_ok=True)
-    job = submit_array(out, "preflight", {"preflight": spec}, {"cells": []}, section, tasks=1,
-                       nodes=nodes or 1, gpus_per_node=spec["devices"]
-                       if spec["device_type"] == "gpu" else None,
-                       cpus_per_task=section.cpus_per_task or spec["devices"] * spec["threads"],
-                       nodelist=nodelist)
-    console.print(f"preflight of {nodes or 1} node(s) submitted as Slurm job {job['job_id']}")
-    if not wait:
-        return None
-    state = queue.wait_for_job(job["job_id"], slurm_backend.POLL_S)
-    console.print(f"job {job['job_id']} ended {state['JobState'] if state else 'unknown'}")
-    verdict = check.read_preflight(out)
-    if verdict is None:
+    section = slurm_backend.with_overrides(spec.slurm, **slurm)
+    names = [name for name in controller.node_names(section.partition)
+             if name not in section.exclude]
+    [device_type] = spec.device_types()[:1]
+    devices = hardware.gpu_count() if device_type == "gpu" else 2
+    cores = BACKENDS.get(backend).cores(slurm, spec.slurm) or hardware.cpu_cores()
+    check_spec = {"device_type": device_type, "devices": devices,
+                  "threads": max(1, cores // devices), "repeats": check.REPEATS,
+                  "threshold": 10.0, "baseline": None}
+    prepare_out_dir(out_dir)
+    verdict = submit_preflight(check_spec, out_dir, section, len(names), ",".join(names), True,
+                               console)
+    if not verdict:
         raise click.exceptions.Exit(EXIT_FAILED)
-    return verdict
+    print_verdict(verdict)
+    needed = max(spec.nodes) if isinstance(spec.nodes, list) else spec.nodes
+    if len(verdict["good"]) < needed:
+        console.print(f"{len(verdict['good'])} good node(s), and the sweep needs {needed}")
+        raise click.exceptions.Exit(EXIT_FAILED)
+    return {**slurm, "exclude": tuple(verdict["flagged"])}
 
 
 def check_threshold(ctx, param, value: float) -> float:
@@ -139,9 +144,15 @@ def preflight(ctx, device_type, devices, threads_per_device, nodes, nodelist, re
         spec = {"device_type": device_type, "devices": devices, "threads": threads,
                 "repeats": repeats, "threshold": threshold,
                 "baseline": str(Path(baseline).resolve()) if baseline else None}
-        verdict = submit_preflight(spec, out_dir, slurm, nodes, nodelist, wait)
+        from scaling.slurm import backend as slurm_backend
+        from scaling.slurm.preflight import submit_preflight
+
+        verdict = submit_preflight(spec, out_dir, slurm_backend.with_overrides(None, **slurm),
+                                   nodes, nodelist, wait, console)
         if verdict is None:
             return
+        if verdict == {}:
+            ctx.exit(EXIT_FAILED)
     else:
         node = check.measure_node(out_dir, device_type, devices, threads, repeats,
                                   say=lambda what: console.print(f"preflight: {what}"))

@@ -8,6 +8,7 @@ from scaling.cli.backends import BACKENDS, backend_option
 from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_slurm_flags,
                                  slurm_options, watch_options, watch_settings)
 from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
+from scaling.cli.preflight import preflight_first
 from scaling.data import check_data_dir
 from scaling.errors import exit_status
 from scaling.execute.runner import check_resumable
@@ -59,11 +60,14 @@ def print_summary(rows, page) -> None:
 @HTML
 @ALLOW_OVERSUBSCRIBE
 @watch_options
+@click.option("--preflight", is_flag=True,
+              help="With --backend slurm: first check the partition's nodes (scaling "
+                   "preflight) and keep the cells off those it flags.")
 @backend_option
 @slurm_options
 @click.pass_context
 def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_for_quiet_s,
-          no_telemetry, backend, wait, **slurm_flags):
+          no_telemetry, preflight, backend, wait, **slurm_flags):
     """Run every cell of the sweep file CONFIG, then print the scaling report (and with --plot
     or --html write its figures, as `scaling report` does).
 
@@ -84,9 +88,12 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
     check_resumable(out_dir, resume)
     keep_sweep_file(out_dir, config)
     local = backend == "local"
+    slurm = pop_slurm_flags(slurm_flags)
+    if preflight:
+        slurm = preflight_first(spec, out_dir, backend, slurm)
     cells = BACKENDS.get(backend).sweep(spec, out_dir,
-                                        watch_settings(wait_for_quiet_s, no_telemetry),
-                                        pop_slurm_flags(slurm_flags), wait)
+                                        watch_settings(wait_for_quiet_s, no_telemetry), slurm,
+                                        wait)
     if local or wait:
         rows = print_report(out_dir)
         page = write_figures(out_dir, rows, plot, html)

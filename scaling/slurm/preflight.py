@@ -24,7 +24,11 @@ from scaling.cell import make_cell
 from scaling.execute import preflight as check
 from scaling.execute.run import run_cell
 from scaling.placement import Placement
+from scaling.slurm import controller, queue
+from scaling.slurm.backend import POLL_S
+from scaling.slurm.submit import submit_array
 from scaling.slurm.task import node_addresses, rendezvous_port
+from scaling.sweep import SlurmSection
 from scaling.workers.common import write_json_atomically
 
 NODES_DIR = "preflight-nodes"
@@ -119,6 +123,24 @@ def run_preflight_task(out_dir, spec: Dict, env=os.environ) -> Dict:
 
 
 def _names(nodelist: str) -> List[str]:
-    from scaling.slurm import controller
-
     return controller.call(["scontrol", "show", "hostnames", nodelist]).split()
+
+
+def submit_preflight(spec: Dict, out_dir, section: SlurmSection, nodes: Optional[int],
+                     nodelist: Optional[str], wait: bool, console) -> Optional[Dict]:
+    """Submit the preflight of ``nodes`` nodes (or of ``nodelist``) as one job; with ``wait``,
+    its verdict once the job ended ({} when it wrote none), else None."""
+    nodes = nodes or (len(_names(nodelist)) if nodelist else 1)
+    out = Path(out_dir).resolve()
+    (out / check.PREFLIGHT_FILE).unlink(missing_ok=True)
+    job = submit_array(out, "preflight", {"preflight": spec}, {"cells": []}, section, tasks=1,
+                       nodes=nodes, gpus_per_node=spec["devices"]
+                       if spec["device_type"] == "gpu" else None,
+                       cpus_per_task=section.cpus_per_task or spec["devices"] * spec["threads"],
+                       nodelist=nodelist)
+    console.print(f"preflight of {nodes} node(s) submitted as Slurm job {job['job_id']}")
+    if not wait:
+        return None
+    state = queue.wait_for_job(job["job_id"], POLL_S)
+    console.print(f"job {job['job_id']} ended {state['JobState'] if state else 'unknown'}")
+    return check.read_preflight(out) or {}
