@@ -76,6 +76,8 @@ class SlurmSection:
     shared: bool = False
     """Let other jobs share a cell's nodes; by default each cell asks for whole nodes
     (sbatch --exclusive), so nothing else runs beside what it measures."""
+    exclude: List[str] = field(default_factory=list)
+    """Nodes the cells keep off (sbatch --exclude); ``--preflight`` adds those it flags."""
 
 
 SYMBOLIC_BATCH = re.compile(r"max(?:\*(0?\.[0-9]+|1(?:\.0*)?))?")
@@ -235,7 +237,9 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
         _check_keys(data["slurm"], SlurmSection, f"{where}: slurm")
         values["slurm"] = SlurmSection(**{
             **data["slurm"], "extra_args": [str(arg) for arg in _as_list(
-                data["slurm"].get("extra_args", []), "slurm.extra_args", where)]})
+                data["slurm"].get("extra_args", []), "slurm.extra_args", where)],
+            "exclude": [str(node) for node in _as_list(
+                data["slurm"].get("exclude", []), "slurm.exclude", where)]})
     if "prices" in data:
         values["prices"] = check_prices(data["prices"], where)
     config = SweepConfig(**values)

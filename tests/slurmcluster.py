@@ -4,6 +4,7 @@ pids in its pid files."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -15,6 +16,9 @@ from pathlib import Path
 from typing import Dict, List
 
 import psutil
+import pytest
+
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
 
@@ -131,6 +135,30 @@ class SlurmCluster:
                        timeout=120)
         finally:
             self._stop_daemons()
+
+    @contextlib.contextmanager
+    def slowed(self, name: str, share: float):
+        """Node ``name`` really slowed while inside: its ``slurmd``, and so every process it
+        starts from now on, under a CPU quota of ``share`` of one core (a cgroup v1 ``cpu``
+        controller, each 10 ms period). Skips the test where cgroups cannot be written."""
+        group = CPU_CGROUPS / f"scaling-{self.root.name}-{name}"
+        try:
+            group.mkdir()
+        except OSError as error:
+            pytest.skip(f"no writable cgroup cpu controller to slow a node: {error}")
+        (group / "cpu.cfs_period_us").write_text("10000")
+        (group / "cpu.cfs_quota_us").write_text(str(int(share * 10000)))
+        pid = (self.root / f"slurmd-{name}.pid").read_text().split()[0]
+        (group / "cgroup.procs").write_text(pid)
+        try:
+            yield
+        finally:
+            for left in (group / "cgroup.procs").read_text().split():
+                try:
+                    (CPU_CGROUPS / "cgroup.procs").write_text(left)
+                except OSError:
+                    continue
+            group.rmdir()
 
     def _stop_daemons(self) -> None:
         pids = []

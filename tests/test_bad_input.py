@@ -128,3 +128,13 @@ def test_more_cpu_threads_than_cores_is_refused_unless_allowed(tmp_path):
                           "--allow-oversubscribe")
     allowed = conftest.scaling_cli(*args, "--allow-oversubscribe")
     assert allowed.returncode == 0, allowed.stderr
+
+
+def test_devices_names_what_is_not_built_yet_and_the_command_that_builds_it(monkeypatch):
+    from scaling.launchers import PROJECT_ROOT, get_launcher
+
+    monkeypatch.setattr(get_launcher("horovod"), "venvs", {"tensorflow": ".venv-never-built"})
+    result = scaling_in_process("devices")
+    assert result.returncode == 0, result.output
+    absent = PROJECT_ROOT / ".venv-never-built" / "bin" / "python"
+    assert f"not built yet: {absent}; build it with: make horovod-env" in result.stdout

@@ -42,18 +42,27 @@ def devices():
     for header in ("interpreter", "package", "version"):
         table.add_column(header)
     pythons: dict = {}
+    hints: dict = {}
     for name in FRAMEWORKS:
         for launcher in launchers_of(name):
-            packages = pythons.setdefault(default_python(name, launcher), {"numpy": None})
+            python = default_python(name, launcher)
+            packages = pythons.setdefault(python, {"numpy": None})
             packages.update(dict.fromkeys(FRAMEWORKS.get(name).packages +
                                           get_launcher(launcher).packages))
+            own = get_launcher(launcher).build_hint if name in get_launcher(launcher).venvs \
+                else None
+            hints.setdefault(python, own or FRAMEWORKS.get(name).install_hint)
+    missing = []
     for python, packages in pythons.items():
         versions = hardware.installed_versions(python, list(packages))
         if versions is None:
-            table.add_row(python, "-", "not found")
+            table.add_row(python, "-", "not built yet")
+            missing.append(python)
         for package, version in (versions or {}).items():
             table.add_row(python, package, version)
     console.print(table)
+    for python in missing:
+        console.print(f"not built yet: {python}; {hints[python]}", soft_wrap=True)
 
 
 RUN_OPTIONS = [

@@ -8,11 +8,13 @@ from scaling.cli.backends import BACKENDS, backend_option
 from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_slurm_flags,
                                  slurm_options, watch_options, watch_settings)
 from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
+from scaling.cli.preflight import preflight_first
 from scaling.data import check_data_dir
 from scaling.errors import exit_status
 from scaling.execute.runner import check_resumable
 from scaling.execute.store import ResultStore
 from scaling.report.provenance import keep_sweep_file
+from scaling.report.summary import summary_lines
 from scaling.sweep import load_sweep
 
 
@@ -25,8 +27,8 @@ HTML = click.option(
          "max-batch table and provenance.")
 
 
-def write_figures(out_dir, rows, plot: bool, html: bool) -> None:
-    """The PNGs and the HTML page of a report, as asked."""
+def write_figures(out_dir, rows, plot: bool, html: bool):
+    """The PNGs and the HTML page of a report, as asked; the page's path, or None."""
     if plot:
         from scaling.report.figures import plot_scaling
 
@@ -35,7 +37,18 @@ def write_figures(out_dir, rows, plot: bool, html: bool) -> None:
     if html:
         from scaling.report.html import write_html
 
-        console.print(f"wrote {write_html(out_dir, rows, ResultStore(out_dir).records())}")
+        page = write_html(out_dir, rows, ResultStore(out_dir).records())
+        console.print(f"wrote {page}")
+        return page
+    return None
+
+
+def print_summary(rows, page) -> None:
+    """The answer, last: :func:`scaling.report.summary.summary_lines`, and where the HTML
+    report is (or how to write it)."""
+    lines = summary_lines(rows)
+    lines.append(f"Report: {page}" if page else "Report: add --html for report.html")
+    console.print("\n".join(lines))
 
 
 @click.command()
@@ -47,11 +60,14 @@ def write_figures(out_dir, rows, plot: bool, html: bool) -> None:
 @HTML
 @ALLOW_OVERSUBSCRIBE
 @watch_options
+@click.option("--preflight", is_flag=True,
+              help="With --backend slurm: first check the partition's nodes (scaling "
+                   "preflight) and keep the cells off those it flags.")
 @backend_option
 @slurm_options
 @click.pass_context
 def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_for_quiet_s,
-          no_telemetry, backend, wait, **slurm_flags):
+          no_telemetry, preflight, backend, wait, **slurm_flags):
     """Run every cell of the sweep file CONFIG, then print the scaling report (and with --plot
     or --html write its figures, as `scaling report` does).
 
@@ -72,12 +88,18 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
     check_resumable(out_dir, resume)
     keep_sweep_file(out_dir, config)
     local = backend == "local"
+    slurm = pop_slurm_flags(slurm_flags)
+    if preflight:
+        slurm = preflight_first(spec, out_dir, backend, slurm)
     cells = BACKENDS.get(backend).sweep(spec, out_dir,
-                                        watch_settings(wait_for_quiet_s, no_telemetry),
-                                        pop_slurm_flags(slurm_flags), wait)
+                                        watch_settings(wait_for_quiet_s, no_telemetry), slurm,
+                                        wait)
     if local or wait:
-        write_figures(out_dir, print_report(out_dir), plot, html)
-        ctx.exit(exit_status(print_counts([cell.cell_id for cell in cells], out_dir)))
+        rows = print_report(out_dir)
+        page = write_figures(out_dir, rows, plot, html)
+        counts = print_counts([cell.cell_id for cell in cells], out_dir)
+        print_summary(rows, page)
+        ctx.exit(exit_status(counts))
 
 
 @click.command(name="report")
@@ -92,4 +114,5 @@ def report_command(out_dir, plot, html, price_pairs):
     """Print the scaling tables of OUT_DIR and write OUT_DIR/results.csv with speedup and
     efficiency (weak scaling: per-device batch fixed, baseline = measured one device), and,
     where prices are known, the cost of a million images against the reference cell."""
-    write_figures(out_dir, print_report(out_dir, parse_prices(price_pairs)), plot, html)
+    rows = print_report(out_dir, parse_prices(price_pairs))
+    print_summary(rows, write_figures(out_dir, rows, plot, html))

@@ -33,6 +33,8 @@ class Launcher:
     venvs: Dict[str, str] = {}
     """Frameworks whose workers run under another of the project's virtualenvs when this
     launcher starts them: framework -> virtualenv, relative to the project root."""
+    build_hint: Optional[str] = None
+    """The command that builds those virtualenvs."""
     packages: Tuple[str, ...] = ()
     """Distributions of its own whose versions ``scaling devices`` shows."""
     bucket_bytes: Optional[int] = None

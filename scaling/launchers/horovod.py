@@ -44,6 +44,7 @@ class Horovod(Launcher):
     multi_node = True
     data_parallel = "horovod"
     venvs = {"tensorflow": ".venv-tf215"}
+    build_hint = BUILD_HINT
     packages = ("horovod",)
     bucket_bytes = 128 * 2**20
     """Horovod's tensor-fusion threshold in the 0.28 this project builds (HOROVOD_FUSION_THRESHOLD

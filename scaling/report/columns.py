@@ -63,6 +63,7 @@ SCALING_FIELDS: Dict[str, str] = {
     "loss_term": "the largest part of the step beyond the single step's compute: the launcher, "
                  "contention, communication beside compute, exposed communication or the rest; "
                  "empty at or above linear",
+    "loss_term_share": "loss_term's seconds over the measured step's",
     "launcher_s": "the launcher's own cost at one device: its own 1-device step less the single "
                   "step, both measured (from parallel_overhead); empty without a single "
                   "baseline",

@@ -19,7 +19,10 @@ from markupsafe import Markup
 from scaling import __version__
 from scaling.execute.allreduce import allreduce_rows, marks
 from scaling.execute.matmul import crossover, matmul_records
+from scaling.execute.preflight import FIGURES as PREFLIGHT_FIGURES
+from scaling.execute.preflight import read_preflight
 from scaling.maxbatch.search import MAXBATCH_FILE, read_maxbatch_csv
+from scaling.report.summary import summary_lines
 from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
 from scaling.report.input import INPUT_HEADERS, INPUT_TITLE, input_lines
 from scaling.report.extrapolation import predicted_curves
@@ -164,7 +167,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
         title=f"Scaling report: {out_dir.resolve().name}",
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         harness_version=__version__,
-        sections=sections,
+        sections=sections, summary=summary_lines(rows),
         overhead_title=OVERHEAD_TITLE, overhead_headers=OVERHEAD_HEADERS[1:],
         model_title=MODEL_TITLE, model_headers=MODEL_HEADERS[1:],
         input_title=INPUT_TITLE, input_headers=INPUT_HEADERS[1:],
@@ -172,6 +175,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
         matmul=matmul_section(records),
         allreduce=allreduce_section(records),
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
+        preflight=read_preflight(out_dir), preflight_figures=PREFLIGHT_FIGURES,
         statuses={status: STATUSES.get(status, "") for status in statuses if status != "ok"},
         suspects=_notes(sections, "suspect"),
         noisy=_notes(sections, "noisy"),

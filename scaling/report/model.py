@@ -40,6 +40,7 @@ TERMS = {"launcher_s": "the launcher", "contention_s": "contention",
 
 MODEL_FIELDS = ("model_input", "predicted_images_per_sec", "predicted_images_per_sec_low",
                 "predicted_images_per_sec_high", "prediction_ratio", "loss_term",
+                "loss_term_share",
                 *(f"{name}{end}" for name in TERMS for end in ("", "_low", "_high")))
 
 
@@ -120,7 +121,9 @@ def prediction(row: Dict, alone_ci95: Optional[List[float]] = None) -> Dict:
             "predicted_images_per_sec_low": rate(images, step.high),
             "predicted_images_per_sec_high": rate(images, step.low),
             "prediction_ratio": row["images_per_sec"] * step.value / images,
-            "loss_term": None if step_s <= compute.value else max(losses, key=losses.get)}
+            "loss_term": None if step_s <= compute.value else max(losses, key=losses.get),
+            "loss_term_share": None if step_s <= compute.value
+            else max(losses.values()) / step_s}
 
 
 def alone_intervals(rows: List[Dict]) -> Dict[Tuple, List[float]]:

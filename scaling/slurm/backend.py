@@ -25,8 +25,9 @@ def with_overrides(section: Optional[SlurmSection], **flags) -> SlurmSection:
     """The sweep's ``slurm:`` section with the command line's flags (those given) on top."""
     section = section or SlurmSection()
     given = {key: value for key, value in flags.items() if value not in (None, ())}
-    if "extra_args" in given:
-        given["extra_args"] = [*section.extra_args, *given["extra_args"]]
+    for listed in ("extra_args", "exclude"):
+        if listed in given:
+            given[listed] = [*getattr(section, listed), *given[listed]]
     return dataclasses.replace(section, **given)
 
 

@@ -101,6 +101,8 @@ def sbatch_argv(script: Path, *, job_name: str, tasks: int, nodes: int, cpus_per
         argv.append(f"--gpus-per-node={gpus_per_node}")
     if nodelist:
         argv.append(f"--nodelist={nodelist}")
+    elif section.exclude:
+        argv.append(f"--exclude={','.join(section.exclude)}")
     for option in ("partition", "account", "qos", "constraint"):
         if getattr(section, option):
             argv.append(f"--{option}={getattr(section, option)}")
@@ -136,8 +138,9 @@ def submit_cells(cells: Sequence[Cell], out_dir, section: SlurmSection, label: s
     """Submit ``cells`` (of ``sweep``, default: those), one array per resource group, and one
     per baseline's one-node cells pinned to a node (:func:`pinned_nodes`); returns the ledger
     entries."""
-    pins = {} if names_nodes(section) else \
-        pinned_nodes(sweep or cells, controller.node_names(section.partition))
+    allowed = [node for node in controller.node_names(section.partition)
+               if node not in section.exclude]
+    pins = {} if names_nodes(section) else pinned_nodes(sweep or cells, allowed)
     groups: Dict[Tuple, List[Cell]] = {}
     for cell in cells:
         node = pins.get(baseline_group(cell)) if cell.nodes == 1 else None

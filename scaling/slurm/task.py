@@ -88,6 +88,10 @@ def run_command(argv: List[str], env=os.environ) -> int:
 
 def run_task(out_dir: str, group_file: str, index: int, env=os.environ) -> Dict:
     group = json.loads(Path(group_file).read_text())
+    if "preflight" in group:
+        from scaling.slurm.preflight import run_preflight_task
+
+        return run_preflight_task(out_dir, group["preflight"], env)
     if "command" in group:
         code = run_command(group["command"], env)
         return {"cell": "command", "status": "ok" if code == 0 else "error", "exit_code": code}

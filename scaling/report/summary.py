@@ -1,0 +1,83 @@
+"""The answer first: a few lines that close a report in the terminal and open its HTML page.
+
+- how well the largest device count scales: its best and worst efficiency, with intervals;
+- where the rest of the step goes there: the largest loss term and its share of the step;
+- what is marked (noisy, drifted, suspect, straggler), or that nothing is;
+- in the terminal, where the HTML report is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Dict, List, Optional, Tuple
+
+from scaling.launchers.single import BASELINE_LAUNCHER
+from scaling.report.tables import cell_summary, curve_label, series_key
+
+MARKS = ("noisy", "drifted", "suspect", "straggler")
+
+
+def label(row: Dict) -> str:
+    """``resnet50, torch 2.14.1 / torchrun, batch 32``: the row's workload and curve."""
+    return f"{row['workload']}, {curve_label(series_key(row))}"
+
+
+def _points(rows: List[Dict]) -> Dict[Tuple, List[Dict]]:
+    """(curve's label, devices) -> the rows of that point, for the curves' own (not single)
+    points."""
+    points: Dict[Tuple, List[Dict]] = {}
+    for row in rows:
+        if row.get("purpose", "sweep") == "sweep" and row["launcher"] != BASELINE_LAUNCHER:
+            points.setdefault((label(row), row["total_devices"]), []).append(row)
+    return points
+
+
+def _efficiency(summary: Dict) -> str:
+    low, high = summary.get("efficiency_low"), summary.get("efficiency_high")
+    interval = f" [{low:.0%}, {high:.0%}]" if low is not None and high is not None else ""
+    return f"{summary['efficiency']:.0%}{interval}"
+
+
+def efficiency_line(points: Dict[Tuple, Dict]) -> Optional[str]:
+    """The best and worst efficiency at the largest device count that has one."""
+    scaled = {key: s for key, s in points.items()
+              if s["status"] == "ok" and s.get("efficiency") is not None and key[1] > 1}
+    if not scaled:
+        return None
+    largest = max(devices for _, devices in scaled)
+    at = sorted(((s["efficiency"], key[0], s) for key, s in scaled.items() if key[1] == largest),
+                key=lambda found: found[0])
+    (_, worst_key, worst), (_, best_key, best) = at[0], at[-1]
+    if len(at) == 1:
+        return f"At {largest} devices: efficiency {_efficiency(best)} ({best_key})."
+    return (f"At {largest} devices: efficiency from {_efficiency(best)} ({best_key}) down to "
+            f"{_efficiency(worst)} ({worst_key}).")
+
+
+def loss_line(rows: List[Dict]) -> Optional[str]:
+    """The largest loss term at the largest device count, with its share of the step."""
+    losing = [row for row in rows if row.get("loss_term") and row.get("loss_term_share")]
+    if not losing:
+        return None
+    largest = max(row["total_devices"] for row in losing)
+    row = max((r for r in losing if r["total_devices"] == largest),
+              key=lambda r: r["loss_term_share"])
+    return (f"Largest loss at {largest} devices: {row['loss_term']}, "
+            f"{row['loss_term_share']:.0%} of the step ({label(row)}).")
+
+
+def marks_line(points: Dict[Tuple, Dict]) -> str:
+    counts = Counter(mark for s in points.values() for mark in MARKS if s.get(mark))
+    if not counts:
+        return "Nothing is marked noisy, drifted, suspect or a straggler."
+    return ("Marked: " + ", ".join(f"{count} {mark}" for mark, count in counts.items())
+            + " (the reasons are under the tables).")
+
+
+def summary_lines(rows: List[Dict]) -> List[str]:
+    """Two or three lines: efficiency, the largest loss where the model found one, and the
+    marks. The terminal adds the HTML report's path."""
+    points = {key: cell_summary(group) for key, group in _points(rows).items()}
+    lines = [efficiency_line(points) or "No point scales beyond one device yet.",
+             loss_line(rows), marks_line(points)]
+    return [line for line in lines if line]

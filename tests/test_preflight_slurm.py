@@ -1,0 +1,85 @@
+"""``scaling preflight`` and stragglers on a real 2-node Slurm cluster on this machine, with one
+node really slowed: its slurmd, and every process it starts, under a CPU quota."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import read_records, write_sweep
+from slurmcluster import SlurmCluster, missing_binaries
+
+from scaling.execute.preflight import PREFLIGHT_FILE
+
+SLOW_SHARE = 0.2
+"""The slowed node's quota: a fifth of a core."""
+THRESHOLD = 30
+"""The two nodes share this machine's two cores with whatever else runs, so the test flags
+at 30% below the fleet's median, beyond what sharing moves, and well short of the slowdown."""
+PREFLIGHT = ("preflight", "--backend", "slurm", "--nodes", 2, "--device-type", "cpu",
+             "--devices", 1, "--threads-per-device", 1, "--repeats", 2, "--threshold",
+             THRESHOLD, "--wait")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if missing_binaries():
+        pytest.skip(f"Slurm is not installed ({', '.join(missing_binaries())} missing)")
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2) as running:
+        yield running
+
+
+def scaling(cluster, *args):
+    return subprocess.run([sys.executable, "-m", "scaling", *map(str, args)],
+                          capture_output=True, text=True, env=cluster.env, timeout=900)
+
+
+@pytest.mark.slow
+def test_preflight_flags_the_slowed_node_alone_and_passes_once_it_is_lifted(cluster,
+                                                                             tmp_path):
+    with cluster.slowed("n2", SLOW_SHARE):
+        slowed = scaling(cluster, *PREFLIGHT, "--out", tmp_path / "slowed")
+    assert slowed.returncode == 1, slowed.stdout + slowed.stderr
+    verdict = json.loads((tmp_path / "slowed" / PREFLIGHT_FILE).read_text())
+    assert (verdict["flagged"], verdict["nodelist"]) == (["n2"], "n1")
+    fast, slow = verdict["nodes"]
+    assert (fast["host"], slow["host"]) == ("n1", "n2")
+    assert slow["flags"] and not fast["flags"]
+    for name in ("matmul_tflops", "triad_GBps", "cell_images_per_sec"):
+        assert slow["figures"][name]["value"] < fast["figures"][name]["value"]
+    assert slow["figures"]["pair_busbw_GBps"] == fast["figures"]["pair_busbw_GBps"]
+    assert "--nodelist n1" in slowed.stdout and "--exclude n2" in slowed.stdout
+
+    lifted = scaling(cluster, *PREFLIGHT, "--out", tmp_path / "lifted")
+    assert lifted.returncode == 0, lifted.stdout + lifted.stderr
+    verdict = json.loads((tmp_path / "lifted" / PREFLIGHT_FILE).read_text())
+    assert verdict["flagged"] == [] and verdict["nodelist"] == "n1,n2"
+
+
+@pytest.mark.slow
+def test_a_two_node_cell_names_the_slowed_nodes_rank_as_its_straggler(cluster, tmp_path):
+    with cluster.slowed("n2", SLOW_SHARE):
+        ran = scaling(cluster, "run", "--backend", "slurm", "--nodes", 2, "--devices", 1,
+                      "--threads-per-device", 1, "--workload", "cifar10", "--image-size", 32,
+                      "--batch-size", 16, "--steps", 6, "--warmup", 2, "--device-type", "cpu",
+                      "--wait", "--out", tmp_path)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    [record] = read_records(tmp_path)
+    assert record["straggler_rank"] == 1 and record["rank_skew"] >= 1.2
+    assert record["straggler"]
+
+
+@pytest.mark.slow
+def test_a_sweep_with_preflight_keeps_its_cells_off_the_slowed_node(cluster, tmp_path):
+    config = write_sweep(tmp_path / "sweep.yaml", single_baseline=True, steps=2, warmup=1)
+    with cluster.slowed("n2", SLOW_SHARE):
+        swept = scaling(cluster, "sweep", config, "--preflight", "--backend", "slurm", "--wait",
+                        "--out", tmp_path / "out")
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    verdict = json.loads((tmp_path / "out" / PREFLIGHT_FILE).read_text())
+    assert verdict["flagged"] == ["n2"]
+    records = read_records(tmp_path / "out")
+    assert [r["launcher"] for r in records].count("torchrun") == 1
+    assert {r["slurm"]["node_list"] for r in records} == {"n1"}
