@@ -44,9 +44,10 @@ def print_verdict(verdict) -> None:
 
 
 def preflight_first(spec, out_dir, backend: str, slurm: dict) -> dict:
-    """A sweep's ``--preflight``: the partition's nodes checked in one job, the verdict printed
-    and kept in the sweep's folder; the Slurm flags with the flagged nodes excluded. Exits 1
-    when fewer good nodes are left than the sweep's cells need."""
+    """A sweep's ``--preflight``: the partition's nodes checked in one job, at the sweep's
+    largest device count per node (every GPU, or 2 CPU workers, for ``devices: all``), the
+    verdict printed and kept in the sweep's folder; the Slurm flags with the flagged nodes
+    excluded. Exits 1 when fewer good nodes are left than the sweep's cells need."""
     if backend != "slurm":
         raise ScalingError("--preflight compares the nodes of a cluster: add --backend slurm "
                            "(check this node alone with scaling preflight --baseline FILE)")
@@ -58,7 +59,8 @@ def preflight_first(spec, out_dir, backend: str, slurm: dict) -> dict:
     names = [name for name in controller.node_names(section.partition)
              if name not in section.exclude]
     [device_type] = spec.device_types()[:1]
-    devices = hardware.gpu_count() if device_type == "gpu" else 2
+    devices = max(spec.devices) if isinstance(spec.devices, list) else (
+        hardware.gpu_count() if device_type == "gpu" else 2)
     cores = BACKENDS.get(backend).cores(slurm, spec.slurm) or hardware.cpu_cores()
     check_spec = {"device_type": device_type, "devices": devices,
                   "threads": max(1, cores // devices), "repeats": check.REPEATS,
