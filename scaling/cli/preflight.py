@@ -43,6 +43,13 @@ def print_verdict(verdict) -> None:
     console.print(f"good nodes: --nodelist {verdict['nodelist'] or '(none)'}")
 
 
+def node_shape(device_type: str, devices, threads, cores) -> tuple:
+    """Devices and threads per device of a node's check: every GPU, or 2 CPU workers, by
+    default, and the cores shared among them."""
+    devices = devices or (hardware.gpu_count() if device_type == "gpu" else 2)
+    return devices, threads or max(1, (cores or hardware.cpu_cores()) // devices)
+
+
 def preflight_first(spec, out_dir, backend: str, slurm: dict) -> dict:
     """A sweep's ``--preflight``: the partition's nodes checked in one job, at the sweep's
     largest device count per node (every GPU, or 2 CPU workers, for ``devices: all``), the
@@ -59,12 +66,11 @@ def preflight_first(spec, out_dir, backend: str, slurm: dict) -> dict:
     names = [name for name in controller.node_names(section.partition)
              if name not in section.exclude]
     [device_type] = spec.device_types()[:1]
-    devices = max(spec.devices) if isinstance(spec.devices, list) else (
-        hardware.gpu_count() if device_type == "gpu" else 2)
-    cores = BACKENDS.get(backend).cores(slurm, spec.slurm) or hardware.cpu_cores()
-    check_spec = {"device_type": device_type, "devices": devices,
-                  "threads": max(1, cores // devices), "repeats": check.REPEATS,
-                  "threshold": 10.0, "baseline": None}
+    devices, threads = node_shape(
+        device_type, max(spec.devices) if isinstance(spec.devices, list) else None, None,
+        BACKENDS.get(backend).cores(slurm, spec.slurm))
+    check_spec = {"device_type": device_type, "devices": devices, "threads": threads,
+                  "repeats": check.REPEATS, "threshold": 10.0, "baseline": None}
     prepare_out_dir(out_dir)
     verdict = submit_preflight(check_spec, out_dir, section, len(names), ",".join(names), True,
                                console)
@@ -138,9 +144,8 @@ def preflight(ctx, device_type, devices, threads_per_device, nodes, nodelist, re
                            "node alone without --nodes and --nodelist")
     reference = check.read_baseline(baseline) if baseline else None
     device_type = resolve_device_type(device_type)
-    devices = devices or (hardware.gpu_count() if device_type == "gpu" else 2)
-    cores = BACKENDS.get(backend).cores(slurm) or hardware.cpu_cores()
-    threads = threads_per_device or max(1, cores // devices)
+    devices, threads = node_shape(device_type, devices, threads_per_device,
+                                  BACKENDS.get(backend).cores(slurm))
     prepare_out_dir(out_dir)
     if backend == "slurm":
         spec = {"device_type": device_type, "devices": devices, "threads": threads,

@@ -68,15 +68,19 @@ def solo_cells(out_dir, device_type: str, devices: int, threads: int) -> List[Di
                      if device_type == "gpu" else None) for index in indices]
 
 
+def allreduce_cell(device_type: str, devices: int, threads: int, nodes: int = 1):
+    """One torchrun allreduce of ``ALLREDUCE_BYTES`` over ``devices`` per node on ``nodes``."""
+    return make_cell(framework="torch", launcher="torchrun", workload=SOLO_CELL["workload"],
+                     devices=devices, nodes=nodes, batch_size=1, steps=1, warmup=0,
+                     purpose="allreduce", device_type=device_type, threads_per_device=threads,
+                     timeout_s=TIMEOUT_S, sizes=[ALLREDUCE_BYTES[device_type]])
+
+
 def node_allreduce(out_dir, device_type: str, devices: int, threads: int) -> Optional[Dict]:
     """The record of one allreduce over the node's devices through torchrun; None on one."""
     if devices < 2:
         return None
-    cell = make_cell(framework="torch", launcher="torchrun", workload=SOLO_CELL["workload"],
-                     devices=devices, batch_size=1, steps=1, warmup=0, purpose="allreduce",
-                     device_type=device_type, threads_per_device=threads, timeout_s=TIMEOUT_S,
-                     sizes=[ALLREDUCE_BYTES[device_type]])
-    return run_cell(cell, out_dir)
+    return run_cell(allreduce_cell(device_type, devices, threads), out_dir)
 
 
 def figure(values: List[float]) -> Dict:

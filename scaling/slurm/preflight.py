@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from scaling.cell import make_cell
 from scaling.execute import preflight as check
 from scaling.execute.run import run_cell
 from scaling.placement import Placement
@@ -51,10 +50,7 @@ def time_pair(out_dir: Path, spec: Dict, pair: Tuple[int, int], index: int,
               hosts: List[str], node: int, job_id: str) -> Optional[Dict]:
     """This node's part of the allreduce between ``pair`` (one device on each node); the
     record on the pair's first node, None on its second."""
-    cell = make_cell(framework="torch", launcher="torchrun", workload=check.SOLO_CELL["workload"],
-                     devices=1, nodes=2, batch_size=1, steps=1, warmup=0, purpose="allreduce",
-                     device_type=spec["device_type"], threads_per_device=spec["threads"],
-                     timeout_s=check.TIMEOUT_S, sizes=[check.ALLREDUCE_BYTES[spec["device_type"]]])
+    cell = check.allreduce_cell(spec["device_type"], 1, spec["threads"], nodes=2)
     first, second = pair
     placement = Placement(2, (hosts[first], hosts[second]), 1, 0 if node == first else 1,
                           hosts[first], rendezvous_port(job_id, str(1000 + index)))
