@@ -128,8 +128,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "warmup": "untimed steps first (under min_time_s, at least 5 run)",
     "repeat": "repeat index",
     "purpose": "sweep, maxbatch for max-batch trials, confirmation for a run that confirms "
-               "a max-batch answer as a plain cell (its steps and warm-up), or allreduce for "
-               "the collective benchmark (scaling allreduce)",
+               "a max-batch answer as a plain cell (its steps and warm-up), allreduce for "
+               "the collective benchmark (scaling allreduce), or preflight for scaling "
+               "preflight's short single cell (kept in OUT/cells only, never in the results)",
     "sizes": "purpose allreduce: the message sizes timed, bytes; empty otherwise",
     "threads_per_device": "CPU threads per device",
     "threads_default": "whether threads_per_device is the default: the cores of a node over "
