@@ -11,7 +11,11 @@ MXNET_VENV ?= .venv-mxnet
 
 .PHONY: quickstart test test-times test-fast env mxnet-env horovod-env browser slurm
 
-quickstart: $(VENV)/.installed $(MXNET_VENV)/.installed
+# The quickstart runs PyTorch alone, so it installs only the harness, PyTorch and plotting;
+# `make env` (and `make test`) install the rest.
+QUICKSTART_EXTRAS := torch,plot
+
+quickstart: $(VENV)/.quickstart
 	$(BIN)/scaling devices
 	$(BIN)/scaling sweep configs/quickstart.yaml --out runs/quickstart --resume --plot --html
 
@@ -55,10 +59,19 @@ $(MXNET_VENV)/.installed:
 	$(MXNET_VENV)/bin/python -m pip install --quiet 'mxnet==1.9.1' 'numpy<1.24'
 	touch $@
 
-$(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
+# $(call install_extras,EXTRAS): the venv (made if missing) with the harness and EXTRAS.
+define install_extras
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(1)]'
+endef
+
+$(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
+	$(call install_extras,$(EXTRAS))
+	touch $@
+
+$(VENV)/.quickstart: setup.cfg pyproject.toml constraints.txt
+	$(call install_extras,$(QUICKSTART_EXTRAS))
 	touch $@
 
 # Horovod 0.28.1 (its last release, source only) with the gloo controller and no MPI, built

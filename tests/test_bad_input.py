@@ -138,3 +138,18 @@ def test_devices_names_what_is_not_built_yet_and_the_command_that_builds_it(monk
     assert result.returncode == 0, result.output
     absent = PROJECT_ROOT / ".venv-never-built" / "bin" / "python"
     assert f"not built yet: {absent}; build it with: make horovod-env" in result.stdout
+
+
+def test_devices_names_a_framework_its_interpreter_lacks_and_the_command_that_installs_it(
+        monkeypatch):
+    import dataclasses
+
+    from scaling.frameworks import FRAMEWORKS
+
+    jax = FRAMEWORKS.get("jax")
+    monkeypatch.setitem(FRAMEWORKS._items, "jax",
+                        dataclasses.replace(jax, packages=("jax-never-installed",)))
+    result = scaling_in_process("devices")
+    assert result.returncode == 0, result.output
+    assert (f"not installed for {jax.default_python()}: jax; install it with: "
+            "pip install -e '.[jax]'") in result.stdout

@@ -62,3 +62,17 @@ def test_an_installed_harness_submits_a_cell_to_slurm_and_records_it(tmp_path):
     [record] = read_records(out)
     assert record["status"] == "ok", record["error"]
     assert record["images_per_sec"] > 0 and record["slurm"]["job_id"]
+
+
+def test_the_quickstart_installs_the_extras_of_what_it_runs_and_nothing_else(tmp_path):
+    import yaml
+
+    dry = subprocess.run(["make", "-n", "quickstart", f"VENV={tmp_path / 'venv'}",
+                          f"MXNET_VENV={tmp_path / 'venv-mxnet'}"],
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    [install] = [line for line in dry.splitlines() if "-c constraints.txt" in line]
+    extras = set(install.split("'.[")[1].split("]'")[0].split(","))
+    config = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
+    assert extras == set(config["frameworks"]) | {"plot"} == {"torch", "plot"}
+    assert "venv-mxnet" not in dry and "horovod" not in dry
+    assert dry.splitlines()[-1].endswith("--plot --html")

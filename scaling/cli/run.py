@@ -41,28 +41,42 @@ def devices():
     table = Table(title="Frameworks")
     for header in ("interpreter", "package", "version"):
         table.add_column(header)
-    pythons: dict = {}
-    hints: dict = {}
-    for name in FRAMEWORKS:
-        for launcher in launchers_of(name):
-            python = default_python(name, launcher)
-            packages = pythons.setdefault(python, {"numpy": None})
-            packages.update(dict.fromkeys(FRAMEWORKS.get(name).packages +
-                                          get_launcher(launcher).packages))
-            own = get_launcher(launcher).build_hint if name in get_launcher(launcher).venvs \
-                else None
-            hints.setdefault(python, own or FRAMEWORKS.get(name).install_hint)
-    missing = []
-    for python, packages in pythons.items():
-        versions = hardware.installed_versions(python, list(packages))
+    notes = []
+    for python, wanted in framework_needs().items():
+        packages = ["numpy", *dict.fromkeys(p for packages, _ in wanted.values() for p in packages)]
+        versions = hardware.installed_versions(python, packages)
         if versions is None:
             table.add_row(python, "-", "not built yet")
-            missing.append(python)
-        for package, version in (versions or {}).items():
+            notes.append(f"not built yet: {python}; {next(iter(wanted.values()))[1]}")
+            continue
+        for package, version in versions.items():
             table.add_row(python, package, version)
+        for what, (packages, hint) in wanted.items():
+            if not versions.keys() & set(packages):
+                table.add_row(python, what, "not installed")
+                notes.append(f"not installed for {python}: {what}; {hint}")
     console.print(table)
-    for python in missing:
-        console.print(f"not built yet: {python}; {hints[python]}", soft_wrap=True)
+    for note in notes:
+        console.print(note, soft_wrap=True, markup=False)
+
+
+def framework_needs() -> dict:
+    """For each interpreter that runs some framework's workers: what it needs (a framework, or
+    a launcher's own package), as its distributions (any one of them will do) and the command
+    that installs or builds them."""
+    needs: dict = {}
+    for name in FRAMEWORKS:
+        framework = FRAMEWORKS.get(name)
+        for launcher_name in launchers_of(name):
+            launcher = get_launcher(launcher_name)
+            builds_venv = name in launcher.venvs and launcher.build_hint
+            wanted = needs.setdefault(default_python(name, launcher_name), {})
+            wanted.setdefault(name, (framework.packages, launcher.build_hint if builds_venv
+                                     else framework.install_hint))
+            if launcher.packages:
+                wanted.setdefault(launcher_name, (launcher.packages,
+                                                  launcher.build_hint or framework.install_hint))
+    return needs
 
 
 RUN_OPTIONS = [
