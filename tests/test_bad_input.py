@@ -138,3 +138,26 @@ def test_devices_names_what_is_not_built_yet_and_the_command_that_builds_it(monk
     assert result.returncode == 0, result.output
     absent = PROJECT_ROOT / ".venv-never-built" / "bin" / "python"
     assert f"not built yet: {absent}; build it with: make horovod-env" in result.stdout
+
+
+def test_a_report_of_several_folders_refuses_one_without_results(tmp_path):
+    ran = conftest.write_records(tmp_path / "ran", [conftest.recorded_cell(1, 100.0)])
+    (tmp_path / "empty").mkdir()
+    result = scaling_in_process("report", ran, tmp_path / "empty", "--html", tmp_path / "a.html")
+    assert_one_line_error(result, f"no results in {tmp_path / 'empty'}")
+
+
+def test_a_report_of_several_folders_needs_the_pages_path_and_no_plot(tmp_path):
+    runs = [conftest.write_records(tmp_path / name, [conftest.recorded_cell(1, 100.0)])
+            for name in ("a", "b")]
+    assert_one_line_error(scaling_in_process("report", *runs, "--html"),
+                          "--html needs the page's path: --html FILE")
+    assert_one_line_error(scaling_in_process("report", *runs, "--plot"),
+                          "--plot and --price take one run folder")
+    assert_one_line_error(scaling_in_process("report", runs[0], runs[0]),
+                          f"{runs[0]} is given twice")
+    assert_one_line_error(scaling_in_process("report", *runs, "--html", tmp_path / "no" / "p.html"),
+                          f"folder {tmp_path / 'no'} does not exist")
+    assert_one_line_error(scaling_in_process("report", "--html", *runs),
+                          f"--html {runs[0]} is a folder; give the page's file name")
+

@@ -202,7 +202,8 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
 
 
 def write_html(out_dir, rows: List[Dict], records: List[Dict],
-               model: Optional[Dict] = None) -> Path:
-    path = Path(out_dir) / REPORT_FILE
+               model: Optional[Dict] = None, path=None) -> Path:
+    """Write the report's page to ``path`` (by default OUT/report.html); its path."""
+    path = Path(path or Path(out_dir) / REPORT_FILE)
     path.write_text(render_html(out_dir, rows, records, model))
     return path
