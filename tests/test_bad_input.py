@@ -4,6 +4,8 @@ before the input is refused."""
 
 from __future__ import annotations
 
+import sys
+
 import conftest
 import pytest
 from conftest import scaling_in_process, write_sweep
@@ -161,3 +163,16 @@ def test_a_report_of_several_folders_needs_the_pages_path_and_no_plot(tmp_path):
     assert_one_line_error(scaling_in_process("report", "--html", *runs),
                           f"--html {runs[0]} is a folder; give the page's file name")
 
+
+def test_export_to_an_unknown_format_names_the_valid_ones(tmp_path):
+    ran = conftest.write_records(tmp_path / "ran", [conftest.recorded_cell(1, 100.0)])
+    result = scaling_in_process("export", ran, "--to", tmp_path / "all.csv")
+    assert_one_line_error(result, "unknown format .csv; valid: .parquet, .duckdb")
+
+
+def test_export_without_its_library_names_the_extra(tmp_path, monkeypatch):
+    # None in sys.modules is how Python marks a module that cannot be imported.
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    ran = conftest.write_records(tmp_path / "ran", [conftest.recorded_cell(1, 100.0)])
+    result = scaling_in_process("export", ran, "--to", tmp_path / "all.parquet")
+    assert_one_line_error(result, "writing .parquet needs pyarrow: pip install 'scaling[export]'")

@@ -1,6 +1,7 @@
 """Several runs in one report: ``scaling report A B --html FILE`` draws every run's curves in one
 page, labels each run by name, hosts and date, and sets the runs' machines side by side with
-the differences marked."""
+the differences marked; ``scaling export A B --to FILE`` writes every record of both into one
+table."""
 
 from __future__ import annotations
 
@@ -172,6 +173,38 @@ def test_browser_shows_both_runs_and_their_differences(page, tmp_path):
     assert {curve for _, curve in grids} == {f"monday: {CURVE}", f"tuesday: {CURVE}"}
     differing = [row[1] for row in rows_of(result.stdout, "side-by-side") if row[0] == "differs"]
     assert differing == ["hosts", "fingerprint: collective_env.NCCL_ALGO"]
+
+
+def test_export_to_parquet_holds_every_record_of_both_runs(two_hosts, tmp_path):
+    import pandas as pd
+
+    target = tmp_path / "all.parquet"
+    result = scaling_in_process("export", *two_hosts, "--to", target)
+    assert result.returncode == 0, result.output
+    assert f"wrote 5 records of 2 runs to {target}" in result.stdout
+    table = pd.read_parquet(target)
+    for folder in two_hosts:
+        mine = table[table["run"] == folder.name]
+        assert sorted(mine["cell"]) == sorted(r["cell"] for r in read_records(folder))
+        assert set(mine["run_dir"]) == {str(folder.resolve())}
+    tuesday = table[table["run"] == "tuesday"]
+    assert sorted(tuesday["images_per_sec"].dropna()) == [100.0, 150.0]
+    assert tuesday[tuesday["purpose"] == "matmul"]["seconds"].tolist() == [0.01]
+    assert json.loads(table["versions"].iloc[0]) == {"torch": "2.14.1"}
+    integers = pd.read_parquet(target, dtype_backend="numpy_nullable")["total_devices"]
+    assert integers.dtype == "Int64" and integers.tolist()[:2] == [1, 2]
+
+
+def test_export_to_duckdb_answers_sql(two_hosts, tmp_path):
+    import duckdb
+
+    target = tmp_path / "all.duckdb"
+    for _ in range(2):  # the second export replaces the table
+        assert scaling_in_process("export", *two_hosts, "--to", target).returncode == 0
+    with duckdb.connect(str(target)) as connection:
+        found = connection.sql("SELECT run, max(images_per_sec), count(*) FROM records "
+                               "GROUP BY run ORDER BY run").fetchall()
+    assert found == [("monday", 180.0, 2), ("tuesday", 150.0, 3)]
 
 
 def relabelled(out_dir: Path, copy: Path, host: str) -> Path:

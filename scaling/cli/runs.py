@@ -1,9 +1,10 @@
-"""Several runs at once: ``scaling report DIR1 DIR2 ...``."""
+"""Several runs at once: ``scaling report DIR1 DIR2 ...`` and ``scaling export DIR... --to``."""
 
 from __future__ import annotations
 
 from typing import Optional
 
+import click
 from rich.table import Table
 
 from scaling.cli.output import console
@@ -45,3 +46,23 @@ def report_runs(out_dirs, plot: bool, html: Optional[str], price_pairs) -> None:
     else:
         console.print("Report: add --html FILE for one page with every run's curves")
 
+
+@click.command(name="export")
+@click.argument("out_dirs", nargs=-1, required=True, metavar="OUT_DIR...",
+                type=click.Path(file_okay=False, exists=True))
+@click.option("--to", "target", required=True, metavar="FILE",
+              type=click.Path(dir_okay=False, writable=True),
+              help="The file to write, its format by its suffix: .parquet (pandas, polars, "
+                   "DuckDB read it) or .duckdb (a DuckDB database with the table records).")
+def export_command(out_dirs, target):
+    """Write every record of the OUT_DIR folders (sweep cells, max-batch trials, allreduce and
+    matrix measurements) into one table, one row per record, with run (the folder's name) and
+    run_dir (its path) in front. Nested fields (options, versions, telemetry, intervals) are
+    JSON text. Needs the export extra: pip install 'scaling[export]'.
+
+    Exits 0 once written, 2 for bad input: an unknown format, a folder without results, or
+    the format's library missing."""
+    from scaling.report.export import export
+
+    count = export(out_dirs, target)
+    console.print(f"wrote {count} records of {len(out_dirs)} runs to {target}")
