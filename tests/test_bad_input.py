@@ -4,6 +4,8 @@ before the input is refused."""
 
 from __future__ import annotations
 
+import sys
+
 import conftest
 import pytest
 from conftest import scaling_in_process, write_sweep
@@ -153,3 +155,39 @@ def test_devices_names_a_framework_its_interpreter_lacks_and_the_command_that_in
     assert result.returncode == 0, result.output
     assert (f"not installed for {jax.default_python()}: jax; install it with: "
             "pip install -e '.[jax]'") in result.stdout
+
+
+def test_a_report_of_several_folders_refuses_one_without_results(tmp_path):
+    ran = conftest.write_records(tmp_path / "ran", [conftest.recorded_cell(1, 100.0)])
+    (tmp_path / "empty").mkdir()
+    result = scaling_in_process("report", ran, tmp_path / "empty", "--html", tmp_path / "a.html")
+    assert_one_line_error(result, f"no results in {tmp_path / 'empty'}")
+
+
+def test_a_report_of_several_folders_needs_the_pages_path_and_no_plot(tmp_path):
+    runs = [conftest.write_records(tmp_path / name, [conftest.recorded_cell(1, 100.0)])
+            for name in ("a", "b")]
+    assert_one_line_error(scaling_in_process("report", *runs, "--html"),
+                          "--html needs the page's path: --html FILE")
+    assert_one_line_error(scaling_in_process("report", *runs, "--plot"),
+                          "--plot and --price take one run folder")
+    assert_one_line_error(scaling_in_process("report", runs[0], runs[0]),
+                          f"{runs[0]} is given twice")
+    assert_one_line_error(scaling_in_process("report", *runs, "--html", tmp_path / "no" / "p.html"),
+                          f"folder {tmp_path / 'no'} does not exist")
+    assert_one_line_error(scaling_in_process("report", "--html", *runs),
+                          f"--html {runs[0]} is a folder; give the page's file name")
+
+
+def test_export_to_an_unknown_format_names_the_valid_ones(tmp_path):
+    ran = conftest.write_records(tmp_path / "ran", [conftest.recorded_cell(1, 100.0)])
+    result = scaling_in_process("export", ran, "--to", tmp_path / "all.csv")
+    assert_one_line_error(result, "unknown format .csv; valid: .parquet, .duckdb")
+
+
+def test_export_without_its_library_names_the_extra(tmp_path, monkeypatch):
+    # None in sys.modules is how Python marks a module that cannot be imported.
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    ran = conftest.write_records(tmp_path / "ran", [conftest.recorded_cell(1, 100.0)])
+    result = scaling_in_process("export", ran, "--to", tmp_path / "all.parquet")
+    assert_one_line_error(result, "writing .parquet needs pyarrow: pip install 'scaling[export]'")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import click
 
 from scaling.cli.backends import BACKENDS, backend_option
@@ -9,8 +12,9 @@ from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_slurm_fl
                                  slurm_options, watch_options, watch_settings)
 from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
 from scaling.cli.preflight import preflight_first
+from scaling.cli.runs import report_runs
 from scaling.data import check_data_dir
-from scaling.errors import exit_status
+from scaling.errors import ScalingError, exit_status
 from scaling.execute.runner import check_resumable
 from scaling.execute.store import ResultStore
 from scaling.report.provenance import keep_sweep_file
@@ -27,17 +31,18 @@ HTML = click.option(
          "max-batch table and provenance.")
 
 
-def write_figures(out_dir, rows, plot: bool, html: bool):
-    """The PNGs and the HTML page of a report, as asked; the page's path, or None."""
+def write_figures(out_dir, rows, plot: bool, html: Optional[str]):
+    """The PNGs and the HTML page of a report, as asked (``html``: None for no page, "" for
+    OUT/report.html, or the page's path); the page's path, or None."""
     if plot:
         from scaling.report.figures import plot_scaling
 
         for path in plot_scaling(rows, out_dir):
             console.print(f"wrote {path}")
-    if html:
+    if html is not None:
         from scaling.report.html import write_html
 
-        page = write_html(out_dir, rows, ResultStore(out_dir).records())
+        page = write_html(out_dir, rows, ResultStore(out_dir).records(), path=html)
         console.print(f"wrote {page}")
         return page
     return None
@@ -96,23 +101,42 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
                                         wait)
     if local or wait:
         rows = print_report(out_dir)
-        page = write_figures(out_dir, rows, plot, html)
+        page = write_figures(out_dir, rows, plot, "" if html else None)
         counts = print_counts([cell.cell_id for cell in cells], out_dir)
         print_summary(rows, page)
         ctx.exit(exit_status(counts))
 
 
 @click.command(name="report")
-@click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("out_dirs", nargs=-1, required=True, metavar="OUT_DIR...",
+                type=click.Path(file_okay=False, exists=True))
 @PLOT
-@HTML
+@click.option("--html", "html", is_flag=False, flag_value="", default=None, metavar="[FILE]",
+              help="Also write one self-contained HTML page: OUT_DIR/report.html for one folder "
+                   "(the grids, figures, max-batch table and provenance), or FILE. For several "
+                   "folders FILE is needed: one page with every run's curves and the runs' "
+                   "machines side by side.")
 @click.option("--price", "price_pairs", multiple=True, metavar="KEY=USD_PER_HOUR",
               help="Price per device-hour of a device type (cpu, gpu) or device name, or per "
                    "node-hour of an instance (instance=...); repeatable; over the sweep's "
                    "prices:.")
-def report_command(out_dir, plot, html, price_pairs):
+def report_command(out_dirs, plot, html, price_pairs):
     """Print the scaling tables of OUT_DIR and write OUT_DIR/results.csv with speedup and
     efficiency (weak scaling: per-device batch fixed, baseline = measured one device), and,
-    where prices are known, the cost of a million images against the reference cell."""
+    where prices are known, the cost of a million images against the reference cell.
+
+    With several folders (runs on other hosts, dates or versions), print each run's tables
+    under its label (name, hosts, dates) and the fields in which the runs' machines differ,
+    and with --html FILE write one page that draws the curves of every run; the folders are
+    only read."""
+    if html and Path(html).is_dir():
+        raise ScalingError(f"--html {html} is a folder; give the page's file name (--html FILE "
+                           f"after the run folders)")
+    if html and not Path(html).resolve().parent.is_dir():
+        raise ScalingError(f"--html {html}: folder {Path(html).parent} does not exist")
+    if len(out_dirs) > 1:
+        report_runs(out_dirs, plot, html, price_pairs)
+        return
+    [out_dir] = out_dirs
     rows = print_report(out_dir, parse_prices(price_pairs))
     print_summary(rows, write_figures(out_dir, rows, plot, html))

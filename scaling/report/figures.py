@@ -68,13 +68,13 @@ def _finish(figure, axis, title: str, ylabel: str, grid: str = "both"):
     return figure
 
 
-def _curves(rows: List[Dict]) -> Dict[Tuple, Dict[int, Dict]]:
-    """Series key -> {devices: the point's summary (median images/sec and speedup, with their
-    95% intervals)}, ok cells only."""
+def _curves(rows: List[Dict], key=series_key) -> Dict[Tuple, Dict[int, Dict]]:
+    """Curve key (by default the series key) -> {devices: the point's summary (median
+    images/sec and speedup, with their 95% intervals)}, ok cells only."""
     points = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if row["status"] == "ok":
-            points[series_key(row)][row["total_devices"]].append(row)
+            points[key(row)][row["total_devices"]].append(row)
     return {key: {devices: cell_summary(group) for devices, group in sorted(by_devices.items())}
             for key, by_devices in points.items()}
 
@@ -111,6 +111,23 @@ def _styles(keys) -> Dict[Tuple, Dict]:
             for key, rank in _rank_within_framework(keys).items()}
 
 
+def _run_styles(keys) -> Dict[Tuple, Dict]:
+    """For curves of several runs (a series key and the run's name): the framework's colour and
+    a marker per curve within the framework, as in one run, and a line style per run."""
+    runs = sorted({key[-1] for key in keys})
+    curves = _styles({key[:-1] for key in keys})
+    return {key: {**curves[key[:-1]], "linestyle": _LINESTYLES[runs.index(key[-1]) % 3]}
+            for key in keys}
+
+
+def _run_key(row: Dict) -> Tuple:
+    return (*series_key(row), row["run"])
+
+
+def _run_label(key: Tuple) -> str:
+    return f"{key[-1]}: {curve_label(key[:-1])}"
+
+
 def _plot_predicted(axis, curve: Dict, style: Dict) -> None:
     """The model's extrapolation of a curve, dashed from its last measured point, with its band
     shaded (to the prediction itself at an open end)."""
@@ -124,21 +141,24 @@ def _plot_predicted(axis, curve: Dict, style: Dict) -> None:
     axis.fill_between(xs, low, high, color=style["color"], alpha=0.12, linewidth=0)
 
 
-def scaling_figure(rows: List[Dict], title: str, predicted: Optional[Dict] = None):
+def scaling_figure(rows: List[Dict], title: str, predicted: Optional[Dict] = None,
+                   by_run: bool = False):
     """Throughput, speedup and efficiency against device count for the rows of one workload,
     image size and device type, each point with its 95% interval as an error bar, and the
     throughput's ``predicted`` curves (from :func:`~scaling.report.extrapolation.predicted_curves`)
-    dashed beyond the measured points; None when no cell of them is ok."""
-    curves = _curves(rows)
+    dashed beyond the measured points; None when no cell of them is ok. ``by_run``: the rows
+    come from several runs (each names its ``run``), and the same curve of two runs is two
+    curves, labelled ``RUN: CURVE``, one line style per run."""
+    curves = _curves(rows, _run_key if by_run else series_key)
     if not curves:
         return None
     device_type = rows[0]["device_type"]
     counts = sorted({devices for curve in curves.values() for devices in curve})
     predicted = {key: curve for key, curve in (predicted or {}).items() if key in curves}
-    styles = _styles(curves)
+    styles = _run_styles(curves) if by_run else _styles(curves)
     figure, (throughput, speedup, efficiency) = plt.subplots(1, 3, figsize=(14, 4.2))
     for key, curve in sorted(curves.items(), key=lambda item: str(item[0])):
-        label = curve_label(key)
+        label = _run_label(key) if by_run else curve_label(key)
         _plot_with_interval(throughput, [
             (devices, point["images_per_sec"], *(point["interval"] or (None, None)))
             for devices, point in curve.items()], label=label, **styles[key])

@@ -124,6 +124,34 @@ def _workload_section(key, rows: List[Dict], model: Dict) -> Dict:
     }
 
 
+def templates() -> Environment:
+    """The report's templates, with the helpers they format figures with."""
+    environment = Environment(loader=PackageLoader("scaling.report", "templates"),
+                              autoescape=select_autoescape(["html"]))
+    environment.globals.update(scaling_text=scaling_text, figure_text=figure_text,
+                               format_bytes=format_bytes, curve_label=curve_label,
+                               series_key=series_key)
+    return environment
+
+
+def page_header() -> Dict:
+    """When and by which harness version a page is generated."""
+    return {"generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "harness_version": __version__}
+
+
+def marked_cells(sections: List[Dict], rows: List[Dict]) -> Dict:
+    """The count of cells by status, and what the footnotes under the grids of ``sections``
+    explain: each failed status, and the suspect, noisy, drifted and straggler cells."""
+    statuses = sorted({row["status"] for row in rows})
+    return {"statuses": {status: STATUSES.get(status, "") for status in statuses
+                         if status != "ok"},
+            "suspects": _notes(sections, "suspect"), "noisy": _notes(sections, "noisy"),
+            "drifted": _notes(sections, "drifted"), "stragglers": _notes(sections, "straggler"),
+            "counts": {status: sum(row["status"] == status for row in rows)
+                       for status in statuses}}
+
+
 def _notes(sections: List[Dict], name: str) -> List[str]:
     """``TITLE, CURVE, batch B, N devices: REASON`` for each cell with a ``name`` reason."""
     return [f"{section['title']}, {grid['label']}, batch {batch}, {count} devices: {cell[name]}"
@@ -157,16 +185,9 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
     out_dir = Path(out_dir)
     sections = [_workload_section(key, group, model or {})
                 for key, group in workload_groups(rows).items()]
-    statuses = sorted({row["status"] for row in rows})
-    environment = Environment(loader=PackageLoader("scaling.report", "templates"),
-                              autoescape=select_autoescape(["html"]))
-    environment.globals.update(scaling_text=scaling_text, figure_text=figure_text,
-                               format_bytes=format_bytes, curve_label=curve_label,
-                               series_key=series_key)
-    return environment.get_template("report.html").render(
+    return templates().get_template("report.html").render(
         title=f"Scaling report: {out_dir.resolve().name}",
-        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        harness_version=__version__,
+        **page_header(), **marked_cells(sections, rows),
         sections=sections, summary=summary_lines(rows),
         overhead_title=OVERHEAD_TITLE, overhead_headers=OVERHEAD_HEADERS[1:],
         model_title=MODEL_TITLE, model_headers=MODEL_HEADERS[1:],
@@ -176,18 +197,13 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
         allreduce=allreduce_section(records),
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
         preflight=read_preflight(out_dir), preflight_figures=PREFLIGHT_FIGURES,
-        statuses={status: STATUSES.get(status, "") for status in statuses if status != "ok"},
-        suspects=_notes(sections, "suspect"),
-        noisy=_notes(sections, "noisy"),
-        drifted=_notes(sections, "drifted"),
-        stragglers=_notes(sections, "straggler"),
-        counts={status: sum(row["status"] == status for row in rows) for status in statuses},
         provenance=provenance(out_dir, records),
     )
 
 
 def write_html(out_dir, rows: List[Dict], records: List[Dict],
-               model: Optional[Dict] = None) -> Path:
-    path = Path(out_dir) / REPORT_FILE
+               model: Optional[Dict] = None, path=None) -> Path:
+    """Write the report's page to ``path`` (by default OUT/report.html); its path."""
+    path = Path(path or Path(out_dir) / REPORT_FILE)
     path.write_text(render_html(out_dir, rows, records, model))
     return path
