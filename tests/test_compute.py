@@ -73,7 +73,7 @@ def count(workload, size, mode):
 import functools
 import jax
 from flax import nnx
-from scaling.workers.jax_flops import flops_per_image
+from scaling.workers.jax.flops import flops_per_image
 
 @functools.cache
 def model(workload, size):
