@@ -1,7 +1,6 @@
 """Run one JAX process of a cell: ``python -m scaling.workers.jax CELL_DIR``."""
 
-from scaling.workers.jax.parallel import collective
-from scaling.workers.jax.session import build
+from scaling.workers.jax.session import build, collective
 from scaling.workers.loop import run_worker
 
 if __name__ == "__main__":

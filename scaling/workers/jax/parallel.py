@@ -22,7 +22,6 @@ import time
 from typing import List
 
 from scaling.workers import common
-from scaling.workers.jax.device import cap_memory
 
 AXIS = "data"
 POLL_S = 0.001
@@ -212,13 +211,3 @@ class JaxCollective:
     def finish(self) -> dict:
         self.parallel.finish()
         return {}
-
-
-def collective(cell: dict, report: dict, rank: int) -> JaxCollective:
-    """The collective alone, for a cell of purpose ``allreduce``."""
-    cap_memory(cell)
-    jax = start(cell)
-    parallel = PARALLEL[cell["data_parallel"]](jax, cell)
-    report.update(versions={"jax": jax.__version__},
-                  device_name=parallel.devices[0].device_kind)
-    return JaxCollective(jax, parallel)

@@ -7,7 +7,7 @@ from scaling.workers.jax.device import cap_memory, memory_report, versions
 from scaling.workers.jax.hooks import JaxHooks
 from scaling.workers.jax.input import synthetic_batch
 from scaling.workers.jax.model import build_model, initial_state, optimizer
-from scaling.workers.jax.parallel import PARALLEL, start
+from scaling.workers.jax.parallel import PARALLEL, JaxCollective, start
 from scaling.workers.jax.step import JaxStep
 
 
@@ -78,3 +78,13 @@ class JaxSession(JaxHooks):
 def build(cell: dict, report: dict, rank: int) -> JaxSession:
     cap_memory(cell)
     return JaxSession(start(cell), cell, report)
+
+
+def collective(cell: dict, report: dict, rank: int) -> JaxCollective:
+    """The collective alone, for a cell of purpose ``allreduce``."""
+    cap_memory(cell)
+    jax = start(cell)
+    parallel = PARALLEL[cell["data_parallel"]](jax, cell)
+    report.update(versions={"jax": jax.__version__},
+                  device_name=parallel.devices[0].device_kind)
+    return JaxCollective(jax, parallel)
