@@ -54,10 +54,10 @@ def count(workload, size, mode):
 """,
     "tensorflow": """
 import tensorflow as tf
-from scaling.workers.compute import tensorflow_flops_per_image
+from scaling.workers.tensorflow.flops import flops_per_image
 
 def count(workload, size, mode):
-    return tensorflow_flops_per_image(
+    return flops_per_image(
         tf, lambda: workload.builder("workloads.keras_models")(size, workload.classes),
         workload, size, mode)
 """,
@@ -73,7 +73,7 @@ def count(workload, size, mode):
 import functools
 import jax
 from flax import nnx
-from scaling.workers.jax_flops import flops_per_image
+from scaling.workers.jax.flops import flops_per_image
 
 @functools.cache
 def model(workload, size):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from scaling.workers.jax_worker import cached_initialisers
+from scaling.workers.jax.model import cached_initialisers
 from test_tensorflow_runs import trainable_parameters
 from workloads import WORKLOADS
 
@@ -132,7 +132,7 @@ def test_the_jax_count_is_what_jaxs_own_gradient_computes():
     """The count adds each product's gradients by torch's rule; JAX's gradient jaxpr of the
     CIFAR-10 network (convolutions of stride 1 and SAME padding, so that every product's cost
     follows from its output) holds exactly those products: none for the images' gradient."""
-    from scaling.workers.jax_flops import flops_per_image, jaxpr_flops
+    from scaling.workers.jax.flops import flops_per_image, jaxpr_flops
 
     workload = WORKLOADS["cifar10"]
     model = nnx.eval_shape(lambda: workload.builder(MODELS)(32, workload.classes))

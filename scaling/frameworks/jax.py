@@ -6,7 +6,7 @@ register_framework(Framework(
     name="jax",
     module="jax",
     install_hint="install it with: pip install -e '.[jax]' (or '.[jax-cuda]' on a GPU machine)",
-    worker="scaling.workers.jax_worker",
+    worker="scaling.workers.jax",
     models="workloads.flax_models",
     default_launcher="jax",
     options={

@@ -6,7 +6,7 @@ register_framework(Framework(
     name="tensorflow",
     module="tensorflow",
     install_hint="install it with: pip install -e '.[tensorflow]'",
-    worker="scaling.workers.tf_worker",
+    worker="scaling.workers.tensorflow",
     models="workloads.keras_models",
     default_launcher="tf-mirrored",
     options={"xla": bool, "mixed_precision": bool},

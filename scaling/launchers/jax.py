@@ -17,7 +17,7 @@ from typing import Dict
 
 from scaling.launchers import (OneProcessPerNode, SpawnedPerDevice, register_launcher,
                                thread_env)
-from scaling.workers.jax_parallel import COORDINATOR_ENV
+from scaling.workers.jax.parallel import COORDINATOR_ENV
 
 
 @register_launcher

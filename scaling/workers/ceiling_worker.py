@@ -28,7 +28,7 @@ def take_threads(framework: str, threads: int) -> None:
 
         tf.config.threading.set_intra_op_parallelism_threads(threads)
     elif framework == "jax":
-        from scaling.workers.jax_parallel import claim_cores
+        from scaling.workers.jax.parallel import claim_cores
 
         claim_cores(threads, 0)
 
