@@ -23,7 +23,7 @@ from scaling.launchers import default_python
 from scaling.report.input import verdict
 from scaling.uncertainty import repeats_interval
 
-FRAMEWORKS = ("torch", "tensorflow", "mxnet")
+FRAMEWORKS = ("torch", "tensorflow", "mxnet", "jax")
 WORKERS = (0, 1, 2)
 SHAPE = {"workload": "resnet50", "image_size": 64, "batch_size": 16, "steps": 8, "warmup": 2}
 DATA = {"images": 256, "size": 256, "classes": 4}

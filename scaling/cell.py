@@ -197,9 +197,6 @@ def make_cell(
                            f"{loader_workers!r}")
     if loader_workers and not data:
         raise ScalingError("loader workers read real images: give --data DIR as well")
-    if data and not get_framework(framework).reads_data:
-        raise ScalingError(f"{framework} workers have no input pipeline for real images; "
-                           "run them without --data (synthetic batches)")
     launcher_spec = _check_launcher(framework, launcher, options or {})
     _check_counts(devices=devices, batch_size=batch_size, steps=steps, nodes=nodes,
                   warmup=warmup, timeout_s=timeout_s, min_time_s=min_time_s, mode=mode)

@@ -129,16 +129,6 @@ def test_the_profile_splits_the_step_and_names_the_allreduce(out_dir, launcher):
     assert any(name.startswith("collective:") for name in names)
 
 
-def test_real_data_is_refused_before_anything_starts(out_dir, tmp_path):
-    result = scaling_in_process("run", "--framework", "jax", "--workload", "cifar10",
-                                "--batch-size", 4, "--data", tmp_path, "--device-type", "cpu",
-                                "--out", out_dir)
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        "Error: jax workers have no input pipeline for real images; run them without --data "
-        "(synthetic batches)")
-
-
 def test_matmul_runs_under_jax(out_dir):
     result = scaling_cli("matmul", "--framework", "jax", "--device-type", "cpu",
                          "--sizes", "64,256", "--dtype", "float32", "--out", out_dir)

@@ -29,7 +29,8 @@ def small_images(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("framework, launcher", [
-    ("torch", "torchrun"), ("tensorflow", "tf-mirrored"), ("mxnet", "mxnet-kvstore")])
+    ("torch", "torchrun"), ("tensorflow", "tf-mirrored"), ("mxnet", "mxnet-kvstore"),
+    ("jax", "jax"), ("jax", "jax-distributed")])
 @pytest.mark.parametrize("devices", [1, 2])
 def test_each_framework_trains_on_real_images_on_one_and_two_devices(
         small_images, tmp_path, framework, launcher, devices):
@@ -91,8 +92,10 @@ def test_a_data_folder_missing_here_is_a_one_line_error_before_anything_runs(tmp
     assert not (tmp_path / "run" / "results.jsonl").exists()
 
 
-def test_a_shard_smaller_than_one_batch_is_an_error_not_an_endless_wait(small_images, tmp_path):
-    result = scaling_cli("run", *TINY[:4], "--batch-size", 32, "--steps", 2, "--warmup", 1,
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_shard_smaller_than_one_batch_is_an_error_not_an_endless_wait(small_images, tmp_path,
+                                                                        framework):
+    result = scaling_cli("run", "--framework", framework, *TINY[:4], "--batch-size", 32, "--steps", 2, "--warmup", 1,
                          "--device-type", "cpu", "--data", small_images, "--out", tmp_path)
     assert result.returncode == 1
     [record] = read_records(tmp_path)

@@ -40,8 +40,6 @@ class Framework:
     """The project's virtualenv for this framework, relative to the project root."""
     min_memory_limit: int = 0
     """The smallest CPU memory cap under which a worker starts and trains a tiny model."""
-    reads_data: bool = True
-    """Whether its workers read real images (``--data``) through an input pipeline."""
     packages: Tuple[str, ...] = ()
     """Distributions whose versions ``scaling devices`` shows under the workers' interpreter."""
     colour: str = "#7f7f7f"

@@ -19,7 +19,6 @@ register_framework(Framework(
     # Measured with jaxlib 0.10.2 under jax-distributed: at 400 MiB the runtime could not start
     # its threads; 640 MiB trained cifar10.
     min_memory_limit=640 * 2**20,
-    reads_data=False,
     packages=("jax", "jaxlib", "flax", "optax"),
     colour="#2ca02c",
 ))

@@ -14,5 +14,6 @@ optimizer state, the loss in float32) and ``donate`` (true unless set false: the
 buffers of the state it replaces, so the state is updated in place). Modes: ``train``; ``forward``
 (the model in evaluation mode, no collective); ``forward_backward`` (the gradients, averaged over
 the devices, are the step's output, with no update). Each replica's synthetic batch is seeded by
-its index in the cell.
+its index in the cell; on real data (``scaling.workers.jax.input``) a step takes the next batch
+of the process's Grain pipeline, sharded over its devices.
 """

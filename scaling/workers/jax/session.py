@@ -5,7 +5,7 @@ from __future__ import annotations
 from scaling.workers.compute import compute_report
 from scaling.workers.jax.device import cap_memory, memory_report, versions
 from scaling.workers.jax.hooks import JaxHooks
-from scaling.workers.jax.input import synthetic_batch
+from scaling.workers.jax import input as jax_input
 from scaling.workers.jax.model import build_model, initial_state, optimizer
 from scaling.workers.jax.parallel import PARALLEL, JaxCollective, start
 from scaling.workers.jax.step import JaxStep
@@ -15,7 +15,6 @@ class JaxSession(JaxHooks):
     """A Flax model's state on this process's devices, and its compiled step."""
 
     def __init__(self, jax, cell: dict, report: dict):
-        import numpy
         import optax
         from flax import nnx
 
@@ -33,9 +32,9 @@ class JaxSession(JaxHooks):
                       layout="NHWC", world_size=jax.process_count(),
                       params=sum(leaf.size for leaf in jax.tree.leaves(params)),
                       amp_dtype="bfloat16" if amp else None)
-        self.images, self.labels, report["data_sums"] = synthetic_batch(
-            jax, numpy, self.parallel, cell, workload)
-        self.images_per_step = cell["batch_size"] * len(self.parallel.local_devices)
+        self.workload = workload
+        self.use_synthetic()
+        report["data_sums"] = self.data_sums
         self.steps = JaxStep(jax, nnx, self.parallel, cell, graph, tx)
         self.step_fn = self.steps.compile(self.state, self.images, self.labels, report)
         report.update(compute_report(
@@ -43,12 +42,29 @@ class JaxSession(JaxHooks):
             lambda: self.steps.flops_per_image(self.state, self.images.shape[1:]),
             self.gradient_bytes, devices_sharing=len(self.parallel.local_devices)))
         self.output = None
+        if cell["data"]:
+            self.batches = jax_input.device_batches(self.parallel, cell, workload.channels)
+
+    def use_synthetic(self) -> None:
+        """From now on, every step trains on one synthetic batch per device, seeded by the
+        replica's index."""
+        self.images, self.labels, self.data_sums = jax_input.synthetic_batch(
+            self.jax, self.parallel, self.cell, self.workload)
+        self.images_per_step = self.cell["batch_size"] * len(self.parallel.local_devices)
+        self.batches = None
+
+    def loader_alone(self):
+        """A fresh pipeline of this process's shard, with the same workers: each batch's image
+        count, without end."""
+        return jax_input.image_counts(self.cell, self.workload.channels,
+                                      len(self.parallel.local_devices))
 
     def step(self) -> None:
+        images, labels = next(self.batches) if self.batches else (self.images, self.labels)
         if self.mode == "forward":
-            self.output = self.step_fn(*self.state, self.images, self.labels)
+            self.output = self.step_fn(*self.state, images, labels)
             return
-        out = self.step_fn(*self.state, self.images, self.labels)
+        out = self.step_fn(*self.state, images, labels)
         if self.mode == "forward_backward":
             *self.state, self.output = out
         else:
