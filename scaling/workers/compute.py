@@ -6,9 +6,9 @@ sentinel of the machine's speed; on CPU, ``mfu`` divides by the node's ceiling m
 
 FLOPs count a multiply-add as two. ``forward`` counts the forward pass; ``forward_backward``
 and ``train`` count forward and backward (convolutions and matrix products, which is where the
-work is, as torch's ``FlopCounterMode`` counts them; an optimizer update is elementwise; JAX's
-and MXNet's counts are ``jax_flops`` and ``mxnet_flops``). Standard library at import; each
-function imports its framework.
+work is, as torch's ``FlopCounterMode`` counts them; an optimizer update is elementwise; torch's
+count is ``pytorch.flops``, JAX's and MXNet's are ``jax_flops`` and ``mxnet.flops``). Standard
+library at import; each function imports its framework.
 """
 
 from __future__ import annotations
@@ -27,24 +27,6 @@ CEILING_MIN_S = 0.25
 """The ceiling's products go on for at least this long: on a CPU the first few products run
 slower than later ones (the clock and the caches warm up), and a ceiling taken from them
 would put a cell's fraction of it above 1."""
-
-
-def torch_flops_per_image(models: str, workload, image_size: int, mode: str) -> float:
-    """torch.utils.flop_counter's count for ``workload``, on the meta device: nothing is
-    computed, so the count costs no device time and no memory."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    batch = 2  # BatchNorm in training mode needs more than one value per channel
-    with torch.device("meta"):
-        model = workload.builder(models)(image_size, workload.classes)
-        images = torch.empty(batch, workload.channels, image_size, image_size)
-    with FlopCounterMode(display=False) as counter:
-        if mode == "forward":
-            model.eval()(images)
-        else:
-            model(images).sum().backward()
-    return counter.get_total_flops() / batch
 
 
 def _tensorflow_product_flops(op) -> int:
