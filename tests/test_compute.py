@@ -63,7 +63,7 @@ def count(workload, size, mode):
 """,
     "mxnet": """
 import mxnet as mx
-from scaling.workers.mxnet_flops import flops_per_image
+from scaling.workers.mxnet.flops import flops_per_image
 
 def count(workload, size, mode):
     net = workload.builder("workloads.gluon_models")(size, workload.classes)
