@@ -24,9 +24,9 @@ class CudaEventTimer:
 
 
 class TorchHooks:
-    """The hooks of :class:`scaling.workers.pytorch.session.TorchSession`, on its ``model``,
-    ``parallel``, synthetic ``images`` and ``labels``, ``step()``, ``synchronize()`` and
-    ``autocast()``."""
+    """The hooks of :class:`scaling.workers.pytorch.session.TorchSession`, on its ``torch``,
+    ``is_gpu``, ``model``, ``loss_fn``, ``parallel``, synthetic ``images`` and ``labels``,
+    ``step()``, ``synchronize()`` and ``autocast()``."""
 
     local_model = None
     """This process's own copy of the model for :meth:`local_steps`, made at their first call."""
