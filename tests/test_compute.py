@@ -18,7 +18,7 @@ from scaling.execute.store import locked_append
 from scaling.frameworks import get_framework
 from scaling.hardware import cpu_cores
 from scaling.peaks import compute_facts, gpu_peak
-from scaling.workers.compute import torch_flops_per_image
+from scaling.workers.pytorch.flops import flops_per_image as torch_flops_per_image
 from workloads import WORKLOADS, get_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def check_facts(record) -> None:
 
 COUNTERS = {
     "torch": """
-from scaling.workers.compute import torch_flops_per_image
+from scaling.workers.pytorch.flops import flops_per_image as torch_flops_per_image
 
 def count(workload, size, mode):
     return torch_flops_per_image("workloads.torch_models", workload, size, mode)
@@ -63,7 +63,7 @@ def count(workload, size, mode):
 """,
     "mxnet": """
 import mxnet as mx
-from scaling.workers.mxnet_flops import flops_per_image
+from scaling.workers.mxnet.flops import flops_per_image
 
 def count(workload, size, mode):
     net = workload.builder("workloads.gluon_models")(size, workload.classes)

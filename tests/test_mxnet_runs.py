@@ -12,7 +12,7 @@ import pytest
 from conftest import (check_images_per_sec, rank_reports, read_records, scaling_cli,
                       scaling_in_process, write_sweep)
 from scaling.frameworks import get_framework
-from scaling.workers.mxnet_worker import cpu_has_bf16
+from scaling.workers.mxnet.device import cpu_has_bf16
 from test_tensorflow_runs import trainable_parameters
 from workloads import WORKLOADS
 

@@ -10,7 +10,7 @@ register_framework(Framework(
     module="mxnet",
     install_hint=("create its environment with: make mxnet-env (python3 -m venv .venv-mxnet "
                   "&& .venv-mxnet/bin/pip install mxnet==1.9.1 'numpy<1.24')"),
-    worker="scaling.workers.mxnet_worker",
+    worker="scaling.workers.mxnet",
     models="workloads.gluon_models",
     default_launcher="mxnet-kvstore",
     options={"amp": bool},

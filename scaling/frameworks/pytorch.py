@@ -6,7 +6,7 @@ register_framework(Framework(
     name="torch",
     module="torch",
     install_hint="install it with: pip install -e '.[torch]'",
-    worker="scaling.workers.torch_worker",
+    worker="scaling.workers.pytorch",
     models="workloads.torch_models",
     default_launcher="torchrun",
     options={

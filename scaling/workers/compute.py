@@ -6,10 +6,11 @@ sentinel of the machine's speed; on CPU, ``mfu`` divides by the node's ceiling m
 
 FLOPs count a multiply-add as two. ``forward`` counts the forward pass; ``forward_backward``
 and ``train`` count forward and backward (convolutions and matrix products, which is where the
-work is, as torch's ``FlopCounterMode`` counts them; an optimizer update is elementwise;
-TensorFlow's, JAX's and MXNet's counts are ``scaling.workers.tensorflow.flops``,
-``scaling.workers.jax.flops`` and ``mxnet_flops``). Standard library at import; each function
-imports its framework.
+work is, as torch's ``FlopCounterMode`` counts them; an optimizer update is elementwise; each
+framework's count is its worker package's ``flops`` module, ``scaling.workers.pytorch.flops``,
+``scaling.workers.tensorflow.flops``, ``scaling.workers.jax.flops`` and
+``scaling.workers.mxnet.flops``). Standard library at import; each function imports its
+framework.
 """
 
 from __future__ import annotations
@@ -28,24 +29,6 @@ CEILING_MIN_S = 0.25
 """The ceiling's products go on for at least this long: on a CPU the first few products run
 slower than later ones (the clock and the caches warm up), and a ceiling taken from them
 would put a cell's fraction of it above 1."""
-
-
-def torch_flops_per_image(models: str, workload, image_size: int, mode: str) -> float:
-    """torch.utils.flop_counter's count for ``workload``, on the meta device: nothing is
-    computed, so the count costs no device time and no memory."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    batch = 2  # BatchNorm in training mode needs more than one value per channel
-    with torch.device("meta"):
-        model = workload.builder(models)(image_size, workload.classes)
-        images = torch.empty(batch, workload.channels, image_size, image_size)
-    with FlopCounterMode(display=False) as counter:
-        if mode == "forward":
-            model.eval()(images)
-        else:
-            model(images).sum().backward()
-    return counter.get_total_flops() / batch
 
 
 def matmul_ceiling_tflops(framework: str, device_type: str, dtype: str) -> Optional[float]:

@@ -1,0 +1,81 @@
+"""How one MXNet process is data-parallel: a class per value of the cell's ``data_parallel``
+(``none``, ``kvstore``, ``horovod``): its trainer, the sum and maximum of a value over the
+cell's processes, and an in-place sum of one array per context for the collective."""
+
+from __future__ import annotations
+
+
+class KvstoreParallel:
+    """One process over all of its contexts; a kvstore Trainer aggregates their gradients."""
+
+    first_gpu = first_replica = 0
+    versions: dict = {}
+
+    def __init__(self, cell: dict):
+        self.kvstore = cell["options"].get("kvstore",
+                                           "device" if cell["device_type"] == "gpu" else "local")
+        self.update_on_kvstore = False if cell["mode"] == "forward_backward" else None
+
+    def trainer(self, gluon, params, optimizer: str, optimizer_params: dict):
+        """A trainer over ``params``; in forward_backward the kvstore only aggregates (MXNet
+        picks where train updates)."""
+        return gluon.Trainer(params, optimizer, optimizer_params, kvstore=self.kvstore,
+                             update_on_kvstore=self.update_on_kvstore)
+
+    def total(self, mx, value: float) -> float:
+        """The sum of ``value`` over the cell's processes: this one holds every context."""
+        return value
+
+    def maximum(self, mx, value: int) -> int:
+        """The largest ``value`` of the cell's processes: this one's."""
+        return value
+
+    def summer(self, mx, arrays):
+        """A function that sums ``arrays`` (one per context) in place over the cell: a
+        ``pushpull`` through a kvstore of the cell's kind, under a key of their own."""
+        store = mx.kv.create(self.kvstore)
+        store.init(0, arrays[0])
+        return lambda: store.pushpull(0, arrays, out=arrays)
+
+
+class NoParallel(KvstoreParallel):
+    """One process on one context with no kvstore: the ``single`` baseline."""
+
+    def __init__(self, cell: dict):
+        self.kvstore = self.update_on_kvstore = None
+
+
+class HorovodParallel:
+    """One Horovod rank on one context: ``hvd.DistributedTrainer`` allreduces the gradients."""
+
+    kvstore = None
+
+    def __init__(self, cell: dict):
+        import horovod
+        import horovod.mxnet as hvd
+
+        self.hvd, self.versions = hvd, {"horovod": horovod.__version__}
+        hvd.init()
+        self.first_gpu, self.first_replica = hvd.local_rank(), hvd.rank()
+
+    def trainer(self, gluon, params, optimizer: str, optimizer_params: dict):
+        """A trainer over ``params``, broadcast from rank 0 (they are initialized at the first
+        forward; the broadcast follows then)."""
+        self.hvd.broadcast_parameters(params, root_rank=0)
+        return self.hvd.DistributedTrainer(params, optimizer, optimizer_params)
+
+    def total(self, mx, value: float) -> float:
+        """The sum of ``value`` over the Horovod ranks."""
+        return float(self.hvd.allreduce(mx.nd.array([value]), op=self.hvd.Sum).asscalar())
+
+    def maximum(self, mx, value: int) -> int:
+        """The largest ``value`` of the Horovod ranks."""
+        return int(self.hvd.allreduce(mx.nd.array([value]), op=self.hvd.Max).asscalar())
+
+    def summer(self, mx, arrays):
+        """A function that sums this rank's one array in place over the Horovod ranks."""
+        [array] = arrays
+        return lambda: self.hvd.allreduce_(array, op=self.hvd.Sum)
+
+
+PARALLEL = {"none": NoParallel, "kvstore": KvstoreParallel, "horovod": HorovodParallel}
