@@ -7,12 +7,35 @@ this file (or, from outside the package, imported before the cell is made).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from scaling.errors import ScalingError
 from scaling import PROJECT_ROOT
 from scaling.frameworks import get_framework
 from scaling.registry import Registry
+
+
+@dataclass(frozen=True)
+class Number:
+    """An option that takes a number from ``low`` (``low`` itself only where ``zero_ok``), an
+    integer where ``integer``; ``unit`` names what it counts, for the help and the errors."""
+
+    low: float = 0
+    zero_ok: bool = False
+    integer: bool = False
+    unit: str = ""
+
+    @property
+    def __name__(self) -> str:
+        kind = "integer" if self.integer else "number"
+        bound = f">= {self.low:g}" if self.zero_ok else f"> {self.low:g}"
+        return f"{kind} {bound}{f' ({self.unit})' if self.unit else ''}"
+
+    def accepts(self, value) -> bool:
+        kinds = (int,) if self.integer else (int, float)
+        return (not isinstance(value, bool) and isinstance(value, kinds)
+                and (value >= self.low if self.zero_ok else value > self.low))
 
 
 class Launcher:
@@ -22,7 +45,8 @@ class Launcher:
     frameworks: Tuple[str, ...]
     """The frameworks whose workers this launcher can start."""
     options: Dict[str, object] = {}
-    """Options of this launcher, on top of the framework's: a type, or a tuple of values."""
+    """Options of this launcher, on top of the framework's: a type, a tuple of values or a
+    :class:`Number`."""
     multi_node: bool = False
     """Whether ranks can span nodes."""
     max_devices: Optional[int] = None
@@ -142,7 +166,7 @@ class SpawnedPerDevice(Launcher):
 
 def valid_options(launcher: Launcher, framework: str) -> Dict[str, object]:
     """The options a cell of ``framework`` under ``launcher`` takes: the framework's and the
-    launcher's own, each a type or a tuple of the valid values."""
+    launcher's own, each a type, a tuple of the valid values or a :class:`Number`."""
     return {**get_framework(framework).options, **launcher.options}
 
 
@@ -154,7 +178,10 @@ def check_options(launcher: Launcher, framework: str, options: Dict) -> None:
             raise ScalingError(f"unknown option {key!r} for {framework} under {launcher.name}; "
                                f"valid options: {names}")
         allowed = valid[key]
-        if isinstance(allowed, tuple):
+        if isinstance(allowed, Number):
+            if not allowed.accepts(value):
+                raise ScalingError(f"option {key} takes a {allowed.__name__}; got {value!r}")
+        elif isinstance(allowed, tuple):
             if not any(type(value) is type(choice) and value == choice for choice in allowed):
                 raise ScalingError(f"option {key} takes one of "
                                    f"{', '.join(str(v).lower() for v in allowed)}; got {value!r}")
