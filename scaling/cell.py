@@ -85,7 +85,8 @@ class Cell:
     collective_env: Dict[str, str] = field(default_factory=dict,
                                            metadata={"identity": SINCE_DEFAULT})
     """The environment that tunes the collectives and launchers (``NCCL_*``, ``HOROVOD_*``, ...;
-    :mod:`scaling.workers.collective_env`), captured when the cell is made; its workers run with
+    :mod:`scaling.workers.collective_env`), captured when the cell is made, with the variables
+    that the launcher's options set over it (``Launcher.option_env``); its workers run with
     exactly these values."""
 
     def __post_init__(self):
@@ -189,7 +190,8 @@ def make_cell(
     (the unit of the cells already in a run's folder). ``data``, a real-image folder, is
     kept as an absolute path, which every node must be able to read. ``collective_env``
     defaults to the tunable part of this process's environment
-    (:mod:`scaling.workers.collective_env`)."""
+    (:mod:`scaling.workers.collective_env`); the variables that the launcher's options set
+    replace the captured ones."""
     spec = get_workload(workload)
     if isinstance(loader_workers, bool) or not isinstance(loader_workers, int) \
             or loader_workers < 0:
@@ -229,7 +231,9 @@ def make_cell(
         data_parallel=launcher_spec.data_parallel, threads_default=threads_default,
         sizes=tuple(sizes), data=os.path.abspath(data) if data else "",
         loader_workers=loader_workers,
-        collective_env=capture(os.environ if collective_env is None else collective_env),
+        collective_env=dict(sorted({
+            **capture(os.environ if collective_env is None else collective_env),
+            **launcher_spec.option_env(dict(options or {}))}.items())),
     )
 
 

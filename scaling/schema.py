@@ -71,6 +71,8 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                       "(scaling.workers.collective_env; a launcher may add its own, such as "
                       "horovodrun's NCCL_SOCKET_IFNAME)",
     "world_size": "processes in the cell (launchers that set WORLD_SIZE)",
+    "communication_in_effect": "the launcher's communication knobs as the worker read them back "
+                               "from the framework (knob -> value in effect), where it has any",
     "amp_dtype": "the autocast dtype under mixed precision, or null",
     "compile_s": "seconds that compilation took, before the warm-up",
     "step_breakdown": "with profile: {compute, communication, idle}, fractions of the profiled "
@@ -151,7 +153,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "collective_env": "the environment that tunes the collectives and launchers (NCCL_*, "
                       "HOROVOD_*, GLOO_*, MXNET_*, XLA_FLAGS, TensorFlow's TF_* settings; "
                       "scaling.workers.collective_env.PREFIXES), captured when the cell was made, "
-                      "part of its identity; the workers ran with exactly these",
+                      "with the variables that launcher options set (horovod's "
+                      "fusion_threshold_mb, cycle_time_ms) over them, part of its identity; the "
+                      "workers ran with exactly these",
     "loader_images_per_sec": "with data: images/sec out of the input pipeline alone, same "
                              "workers and shards, no model, all ranks together",
     "synthetic_images_per_sec": "with data: images/sec of the same cell on a synthetic "

@@ -191,3 +191,19 @@ def test_export_without_its_library_names_the_extra(tmp_path, monkeypatch):
     ran = conftest.write_records(tmp_path / "ran", [conftest.recorded_cell(1, 100.0)])
     result = scaling_in_process("export", ran, "--to", tmp_path / "all.parquet")
     assert_one_line_error(result, "writing .parquet needs pyarrow: pip install 'scaling[export]'")
+
+
+@pytest.mark.parametrize("launcher, option, message", [
+    ("torchrun", "bucket_cap_mb=0", "option bucket_cap_mb takes a number > 0 (MiB); got 0"),
+    ("torchrun", "comm_hook=int8", "option comm_hook takes one of none, fp16, bf16; got 'int8'"),
+    ("torchrun", "static_graph=1", "option static_graph takes a bool, got 1"),
+    ("horovod", "fusion_threshold_mb=-1",
+     "option fusion_threshold_mb takes a number >= 0 (MiB; 0: no fusion); got -1"),
+    ("horovod", "cycle_time_ms=0", "option cycle_time_ms takes a number > 0 (ms); got 0"),
+    ("horovod", "compression=bf16", "option compression takes one of none, fp16; got 'bf16'"),
+    ("torchrun", "compression=fp16", "unknown option 'compression' for torch under torchrun"),
+])
+def test_bad_communication_knobs_name_the_valid_values(launcher, option, message):
+    result = scaling_in_process(*RUN, "--workload", "cifar10", "--batch-size", 2,
+                                "--launcher", launcher, "--option", option)
+    assert_one_line_error(result, message)

@@ -62,7 +62,8 @@ def test_torch_compile_time_stays_out_of_the_window(out_dir):
 
 @pytest.mark.parametrize("option, message", [
     ("fast=true", "unknown option 'fast' for torch under torchrun; valid options: "
-                  "amp, channels_last, compile, cudnn_benchmark"),
+                  "amp, broadcast_buffers, bucket_cap_mb, channels_last, comm_hook, compile, "
+                  "cudnn_benchmark, gradient_as_bucket_view, static_graph"),
     ("amp=fp8", "option amp takes one of true, false, fp16, bf16; got 'fp8'"),
     ("channels_last=3", "option channels_last takes a bool, got 3"),
 ])

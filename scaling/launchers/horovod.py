@@ -9,6 +9,11 @@ Each framework's Horovod build lives with the interpreter that runs its workers:
 main environment, TensorFlow 2.15.1 in ``.venv-tf215`` (Horovod 0.28.1 does not build against
 later TensorFlow), MXNet in ``.venv-mxnet``; ``make horovod-env`` builds all three. The worker
 reads its data-parallel mechanism from the cell (``data_parallel: horovod``).
+
+The options ``fusion_threshold_mb`` and ``cycle_time_ms`` set ``HOROVOD_FUSION_THRESHOLD``
+(bytes) and ``HOROVOD_CYCLE_TIME`` (ms) for every rank, over any value the user exported;
+``compression`` is the ``hvd.Compression`` that the framework's optimizer, tape or trainer
+applies to the gradients.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Dict, List, Optional
 
 from scaling.errors import ScalingError
 from scaling.frameworks import probe
-from scaling.launchers import Launcher, register_launcher, thread_env, worker_argv
+from scaling.launchers import Launcher, Number, register_launcher, thread_env, worker_argv
 
 BUILD_HINT = "build it with: make horovod-env"
 
@@ -40,7 +45,12 @@ def missing_build(framework: str, python: str) -> Optional[str]:
 class Horovod(Launcher):
     name = "horovod"
     frameworks = ("torch", "tensorflow", "mxnet")
-    options = {"timeline": bool}
+    options = {
+        "timeline": bool,
+        "fusion_threshold_mb": Number(zero_ok=True, unit="MiB; 0: no fusion"),
+        "cycle_time_ms": Number(unit="ms"),
+        "compression": ("none", "fp16"),
+    }
     multi_node = True
     data_parallel = "horovod"
     venvs = {"tensorflow": ".venv-tf215"}
@@ -48,11 +58,22 @@ class Horovod(Launcher):
     packages = ("horovod",)
     bucket_bytes = 128 * 2**20
     """Horovod's tensor-fusion threshold in the 0.28 this project builds (HOROVOD_FUSION_THRESHOLD
-    overrides it)."""
+    or the option ``fusion_threshold_mb`` overrides it)."""
+    bucket_option = "fusion_threshold_mb"
 
-    def gradient_bucket_bytes(self) -> Optional[int]:
+    def gradient_bucket_bytes(self, options: Optional[Dict] = None) -> Optional[int]:
         override = os.environ.get("HOROVOD_FUSION_THRESHOLD")
-        return int(override) if override and override.isdigit() else self.bucket_bytes
+        if (options or {}).get(self.bucket_option) is None and override and override.isdigit():
+            return int(override)
+        return super().gradient_bucket_bytes(options)
+
+    def option_env(self, options: Dict) -> Dict[str, str]:
+        env = {}
+        if options.get("fusion_threshold_mb") is not None:
+            env["HOROVOD_FUSION_THRESHOLD"] = str(int(options["fusion_threshold_mb"] * 2**20))
+        if options.get("cycle_time_ms") is not None:
+            env["HOROVOD_CYCLE_TIME"] = f"{options['cycle_time_ms']:g}"
+        return env
 
     def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
         timeline = f"{cell_dir}/horovod-timeline.json" if cell.options.get("timeline") else None

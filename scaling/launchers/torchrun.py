@@ -1,20 +1,31 @@
-"""PyTorch DistributedDataParallel under torchrun: one rank per device, c10d rendezvous."""
+"""PyTorch DistributedDataParallel under torchrun: one rank per device, c10d rendezvous.
+
+Its options are DistributedDataParallel's communication knobs (``scaling.workers.pytorch.
+parallel`` passes them to the wrapper and reads back the values in effect)."""
 
 from __future__ import annotations
 
 from typing import List
 
-from scaling.launchers import Launcher, register_launcher, worker_argv
+from scaling.launchers import Launcher, Number, register_launcher, worker_argv
 
 
 @register_launcher
 class Torchrun(Launcher):
     name = "torchrun"
     frameworks = ("torch",)
+    options = {
+        "bucket_cap_mb": Number(unit="MiB"),
+        "gradient_as_bucket_view": bool,
+        "static_graph": bool,
+        "broadcast_buffers": bool,
+        "comm_hook": ("none", "fp16", "bf16"),
+    }
     data_parallel = "ddp"
     multi_node = True
     bucket_bytes = 25 * 2**20
     """DistributedDataParallel's ``bucket_cap_mb`` default."""
+    bucket_option = "bucket_cap_mb"
 
     def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
         python_argv = worker_argv(python, cell, cell_dir)

@@ -54,15 +54,28 @@ class HorovodParallel:
         import horovod
         import horovod.mxnet as hvd
 
+        from scaling.workers.horovod_knobs import horovod_settings
+
         self.hvd, self.versions = hvd, {"horovod": horovod.__version__}
+        self.compression = getattr(hvd.Compression, cell["options"].get("compression", "none"))
+        self.settings = horovod_settings()
         hvd.init()
         self.first_gpu, self.first_replica = hvd.local_rank(), hvd.rank()
 
     def trainer(self, gluon, params, optimizer: str, optimizer_params: dict):
         """A trainer over ``params``, broadcast from rank 0 (they are initialized at the first
-        forward; the broadcast follows then)."""
+        forward; the broadcast follows then), compressing the gradients as the option
+        ``compression`` says."""
         self.hvd.broadcast_parameters(params, root_rank=0)
-        return self.hvd.DistributedTrainer(params, optimizer, optimizer_params)
+        return self.hvd.DistributedTrainer(params, optimizer, optimizer_params,
+                                           compression=self.compression)
+
+    def communication_in_effect(self, trainer) -> dict:
+        """The fusion threshold and cycle time that ``hvd.init`` read, and the compression
+        that the DistributedTrainer holds."""
+        from scaling.workers.horovod_knobs import horovod_in_effect
+
+        return horovod_in_effect(self.settings, getattr(trainer, "_compression", None))
 
     def total(self, mx, value: float) -> float:
         """The sum of ``value`` over the Horovod ranks."""

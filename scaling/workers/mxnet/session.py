@@ -45,6 +45,9 @@ class MxnetSession(MxnetHooks):
             device_name=str(self.contexts[0]), layout="NCHW", hybridized=True,
             kvstore=self.parallel.kvstore, contexts=len(self.contexts),
         )
+        if hasattr(self.parallel, "communication_in_effect"):
+            report["communication_in_effect"] = self.parallel.communication_in_effect(
+                self.trainer)
 
     def _loader(self):
         """A fresh loader of this process's shard, a batch for each of its contexts."""

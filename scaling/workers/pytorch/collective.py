@@ -46,7 +46,7 @@ def collective(cell: dict, report: dict, rank: int) -> TorchCollective:
     import torch
 
     device = torch_device.claim(torch, cell, common.process_ranks()[1])
-    parallel = PARALLEL[cell["data_parallel"]](cell["device_type"] == "gpu")
+    parallel = PARALLEL[cell["data_parallel"]](cell["device_type"] == "gpu", cell["options"])
     report.update(versions={"torch": torch.__version__, **parallel.versions},
                   device_name=torch_device.device_name(torch, device))
     return TorchCollective(torch, parallel, device)

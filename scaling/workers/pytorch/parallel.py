@@ -8,13 +8,22 @@ times each gradient bucket's allreduce, and a step's exposed communication is ho
 allreduce ran on after the last bucket was ready, which the backward pass had to wait for;
 under ``horovod`` it is how long the step waited in ``synchronize`` for the allreduces that
 Horovod's background thread had not finished when the backward pass ended.
+
+The launcher's communication options (the cell's ``options``) reach the wrapper: under ``ddp``
+DistributedDataParallel's ``bucket_cap_mb``, ``gradient_as_bucket_view``, ``static_graph``,
+``broadcast_buffers`` and a ``comm_hook`` that compresses each bucket to fp16 or bf16; under
+``horovod`` the ``compression`` of its DistributedOptimizer (its fusion threshold and cycle time
+are environment variables that ``hvd.init`` reads). ``in_effect`` reads back what the wrapped
+model and optimizer hold, for the rank report's ``communication_in_effect``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
+
+from scaling.workers.horovod_knobs import horovod_in_effect, horovod_settings
 
 
 class NoParallel:
@@ -22,11 +31,15 @@ class NoParallel:
 
     versions: dict = {}
 
-    def __init__(self, is_gpu: bool):
+    def __init__(self, is_gpu: bool, options: Optional[Dict] = None):
         pass
 
     def wrap(self, model, optimizer, device_ids):
         return model, optimizer
+
+    def in_effect(self, model, optimizer) -> Dict:
+        """No communication to tune."""
+        return {}
 
     def gradients_reduced(self, optimizer):
         """There is nothing to reduce."""
@@ -45,27 +58,57 @@ class NoParallel:
 class DdpParallel:
     """DistributedDataParallel over a torch.distributed process group."""
 
-    def __init__(self, is_gpu: bool):
+    def __init__(self, is_gpu: bool, options: Optional[Dict] = None):
         import torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         self.dist = dist
         self.versions = {}
-        self.bucket_times: List[Tuple[float, float]] = []
+        self.options = options or {}
+        self.bucket_times: Optional[List[Tuple[float, float]]] = None
+        self.hook = {"none": default_hooks.allreduce_hook,
+                     "fp16": default_hooks.fp16_compress_hook,
+                     "bf16": default_hooks.bf16_compress_hook}[self.options.get("comm_hook",
+                                                                                "none")]
         dist.init_process_group(backend="nccl" if is_gpu else "gloo")
 
     def wrap(self, model, optimizer, device_ids):
+        """DistributedDataParallel with the cell's knobs; DDP's defaults for those it leaves
+        unset (``broadcast_buffers`` is passed only to turn it off: torch deprecates it)."""
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model, device_ids=device_ids), optimizer
+        knobs = {key: self.options[key] for key in ("bucket_cap_mb", "gradient_as_bucket_view",
+                                                    "static_graph") if key in self.options}
+        if self.options.get("broadcast_buffers") is False:
+            knobs["broadcast_buffers"] = False
+        ddp = DistributedDataParallel(model, device_ids=device_ids, **knobs)
+        if self.options.get("comm_hook", "none") != "none":
+            ddp.register_comm_hook(self, reduce_bucket)
+        return ddp, optimizer
+
+    def in_effect(self, ddp, optimizer) -> Dict:
+        """The knobs as the DDP model holds them: its bucket cap (MiB), flags, and the torch
+        hook that its registered communication hook runs (``none``: DDP's own allreduce); nothing
+        in forward mode, which runs no DDP."""
+        if not hasattr(ddp, "bucket_bytes_cap"):
+            return {}  # forward mode: the model is not wrapped
+        hooks = getattr(ddp, "_comm_hooks", [])
+        return {"bucket_cap_mb": ddp.bucket_bytes_cap / 2**20,
+                "gradient_as_bucket_view": bool(ddp.gradient_as_bucket_view),
+                "static_graph": bool(ddp.static_graph),
+                "broadcast_buffers": bool(ddp.broadcast_buffers),
+                "comm_hook": hooks[0][1].hook.__name__ if hooks else "none"}
 
     def time_exposure(self, model) -> None:
-        """Time every bucket's allreduce from now on (:func:`timed_allreduce`)."""
-        model.register_comm_hook(self, timed_allreduce)
+        """Time every bucket's allreduce from now on (:func:`reduce_bucket`)."""
+        self.bucket_times = []
+        if not getattr(model, "_comm_hooks", []):
+            model.register_comm_hook(self, reduce_bucket)
 
     def exposed_s(self) -> float:
         """How long the allreduces timed since the last call ran on after the last bucket was
         ready; the times are cleared."""
-        times, self.bucket_times = self.bucket_times, []
+        times, self.bucket_times = self.bucket_times or [], []
         if not times:
             return 0.0
         return max(0.0, max(done for _, done in times) - max(ready for ready, _ in times))
@@ -94,7 +137,7 @@ class DdpParallel:
 class HorovodParallel:
     """Horovod: the optimizer allreduces gradients as backward produces them."""
 
-    def __init__(self, is_gpu: bool):
+    def __init__(self, is_gpu: bool, options: Optional[Dict] = None):
         """NCCL on GPU where the build has it, gloo otherwise: Horovod picks at build time."""
         import horovod
         import horovod.torch as hvd
@@ -102,6 +145,8 @@ class HorovodParallel:
         self.hvd = hvd
         self.versions = {"horovod": horovod.__version__}
         self.waits: Optional[List[float]] = None
+        self.compression = getattr(hvd.Compression, (options or {}).get("compression", "none"))
+        self.settings = horovod_settings()
         hvd.init()
 
     def wrap(self, model, optimizer, device_ids):
@@ -113,8 +158,13 @@ class HorovodParallel:
                 "in NHWC; run Horovod without channels_last")
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        return model, hvd.DistributedOptimizer(optimizer,
-                                               named_parameters=model.named_parameters())
+        return model, hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                               compression=self.compression)
+
+    def in_effect(self, model, optimizer) -> Dict:
+        """The fusion threshold and cycle time that ``hvd.init`` read, and the compression
+        that the DistributedOptimizer holds (none in forward mode, which has no optimizer)."""
+        return horovod_in_effect(self.settings, getattr(optimizer, "_compression", None))
 
     def time_exposure(self, model) -> None:
         """Time every wait for the gradients from now on."""
@@ -154,15 +204,17 @@ class HorovodParallel:
 PARALLEL = {"none": NoParallel, "ddp": DdpParallel, "horovod": HorovodParallel}
 
 
-def timed_allreduce(parallel: DdpParallel, bucket):
-    """DDP's default allreduce of a bucket (the gradients averaged over the ranks), noting when
-    the bucket was ready and when its allreduce finished."""
+def reduce_bucket(parallel: DdpParallel, bucket):
+    """DDP's communication hook of the cell: torch's hook of its ``comm_hook`` (the averaging
+    allreduce, or that of the bucket compressed to fp16 or bf16), noting, once ``time_exposure``
+    has begun, when the bucket was ready and when its allreduce finished."""
     ready = time.perf_counter()
-    dist = parallel.dist
-    tensor = bucket.buffer().div_(dist.get_world_size())
+    future = parallel.hook(None, bucket)
+    if parallel.bucket_times is None:
+        return future
 
-    def finished(future):
+    def finished(done):
         parallel.bucket_times.append((ready, time.perf_counter()))
-        return future.value()[0]
+        return done.value()
 
-    return dist.all_reduce(tensor, async_op=True).get_future().then(finished)
+    return future.then(finished)

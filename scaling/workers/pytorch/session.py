@@ -38,11 +38,12 @@ class TorchSession(TorchHooks):
                       world_size=world_size,
                       amp_dtype=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype
                       else None)
-        self.parallel = PARALLEL[cell["data_parallel"]](self.is_gpu)
+        self.parallel = PARALLEL[cell["data_parallel"]](self.is_gpu, options)
         report["versions"].update(self.parallel.versions)
         workload = get_workload(cell["workload"])
         self.model, self.optimizer, self.loss_fn, report["params"] = build_model(
             torch, cell, workload, self.device, self.memory_format, self.parallel)
+        report["communication_in_effect"] = self.parallel.in_effect(self.model, self.optimizer)
         self.gradient_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters()
                                   if p.requires_grad)
         report.update(compute_report(

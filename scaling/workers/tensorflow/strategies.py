@@ -12,8 +12,9 @@ how a value is summed, and its maximum taken, over the cell.
   (NCCL on GPU, ring collectives on CPU);
 - ``none``: one process on one device under the default strategy, the ``single`` baseline;
 - ``horovod``: one Horovod rank on one device, under TensorFlow's default strategy, with
-  ``hvd.DistributedGradientTape`` and the variables broadcast from rank 0 (for TensorFlow 2.15,
-  which Horovod 0.28.1 builds against).
+  ``hvd.DistributedGradientTape`` (compressing the gradients as the option ``compression``
+  says) and the variables broadcast from rank 0 (for TensorFlow 2.15, which Horovod 0.28.1
+  builds against).
 """
 
 from __future__ import annotations
@@ -139,8 +140,24 @@ class Horovod(Plain):
         import horovod
         import horovod.tensorflow as hvd
 
+        from scaling.workers.horovod_knobs import horovod_settings
+
         self.hvd, self.version = hvd, horovod.__version__
+        self.compression = getattr(hvd.Compression, cell["options"].get("compression", "none"))
+        self.settings = horovod_settings()
         hvd.init()
+
+    def communication_in_effect(self, strategy) -> Dict:
+        """The fusion threshold and cycle time that ``hvd.init`` read, and the compression of
+        a tape made as the step makes its own, read off its allreduce function."""
+        from scaling.workers.horovod_knobs import horovod_in_effect
+
+        tape = self.gradient_tape(self.tf.GradientTape())
+        allreduce = getattr(tape._allreduce_grads, "python_function", tape._allreduce_grads)
+        held = [cell.cell_contents for cell in allreduce.__closure__ or ()
+                if isinstance(cell.cell_contents, type)
+                and issubclass(cell.cell_contents, self.hvd.compression.Compressor)]
+        return horovod_in_effect(self.settings, held[0] if held else None)
 
     @property
     def first_gpu(self) -> int:
@@ -156,7 +173,7 @@ class Horovod(Plain):
         return self.hvd.size()
 
     def gradient_tape(self, tape):
-        return self.hvd.DistributedGradientTape(tape)
+        return self.hvd.DistributedGradientTape(tape, compression=self.compression)
 
     def replica_index(self, context) -> int:
         """The rank: each rank drives one replica under the default strategy."""
