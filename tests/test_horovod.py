@@ -19,6 +19,7 @@ import pytest
 
 from conftest import (check_images_per_sec, leftover_cell_processes, rank_reports,
                       read_records, scaling_cli, scaling_cli_ok, write_sweep)
+from scaling.cell import make_cell
 from scaling.execute.monitor import TELEMETRY_FILE
 from scaling.placement import free_port_block
 from scaling.sweep import expand, interpreters, load_sweep
@@ -200,3 +201,35 @@ def test_two_fusion_thresholds_are_two_cells_each_naming_its_own(tmp_path, out_d
             assert report["collective_env"]["HOROVOD_FUSION_THRESHOLD"] == \
                 record["collective_env"]["HOROVOD_FUSION_THRESHOLD"]
             assert report["window_collectives"] == 0
+
+
+@pytest.mark.slow
+def test_horovod_knobs_win_over_the_exported_variables_and_are_in_effect_in_every_rank(
+        tmp_path):
+    knobs = {"fusion_threshold_mb": 2, "cycle_time_ms": 2.5, "compression": "fp16"}
+    env = {**os.environ, "HOROVOD_FUSION_THRESHOLD": "999", "HOROVOD_CYCLE_TIME": "7"}
+    result = run_horovod(tmp_path / "torch", "--threads-per-device", 1, "--steps", 3,
+                         *[arg for key, value in knobs.items()
+                           for arg in ("--option", f"{key}={value}")], env=env)
+    assert result.returncode == 0, result.stderr
+    [record] = read_records(tmp_path / "torch")
+    assert record["status"] == "ok", record["error"]
+    assert record["options"] == knobs
+    ran = {"HOROVOD_FUSION_THRESHOLD": str(2 * 2**20), "HOROVOD_CYCLE_TIME": "2.5"}
+    assert {key: record["collective_env"][key] for key in ran} == ran
+    cell = dict(framework="torch", launcher="horovod", workload="cifar10", devices=2,
+                batch_size=4, image_size=16, steps=3, warmup=1, device_type="cpu",
+                threads_per_device=1, collective_env={})
+    assert make_cell(**cell, options=knobs).cell_id != make_cell(**cell).cell_id
+    for report in rank_reports(record):
+        assert report["communication_in_effect"] == {
+            "fusion_threshold_mb": 2.0, "cycle_time_ms": 2.5, "compression": "FP16Compressor"}
+
+    result = run_horovod(tmp_path / "mxnet", "--threads-per-device", 1, "--steps", 3,
+                         "--option", "compression=fp16", framework="mxnet")
+    assert result.returncode == 0, result.stderr
+    [record] = read_records(tmp_path / "mxnet")
+    assert record["status"] == "ok", record["error"]
+    for report in rank_reports(record):
+        assert report["communication_in_effect"] == {
+            "fusion_threshold_mb": 128.0, "cycle_time_ms": 1.0, "compression": "FP16Compressor"}

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conftest import check_images_per_sec, rank_reports, read_records, scaling_cli
+from scaling.cell import make_cell
 from scaling.execute import fingerprint
 from scaling.execute.aggregate import STRAGGLER_SKEW
 from scaling.schema import RANK_REPORT_FIELDS, RECORD_FIELDS
@@ -102,3 +103,24 @@ def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size, 
     assert record["image_size"] == size
     assert record["params"] == params
     assert record["images_per_sec"] > 0
+
+
+@pytest.mark.slow
+def test_ddp_knobs_are_recorded_in_the_cell_id_and_in_effect_in_every_rank(out_dir):
+    knobs = {"bucket_cap_mb": 0.5, "gradient_as_bucket_view": True, "static_graph": True,
+             "broadcast_buffers": False, "comm_hook": "bf16"}
+    result = scaling_cli(*CIFAR10, "--image-size", 16, "--devices", 2, "--threads-per-device", 1,
+                         *[arg for key, value in knobs.items()
+                           for arg in ("--option", f"{key}={str(value).lower()}")],
+                         "--out", out_dir)
+    assert result.returncode == 0, result.stderr
+    [record] = read_records(out_dir)
+    assert record["status"] == "ok", record["error"]
+    assert record["options"] == knobs
+    cell = dict(framework="torch", launcher="torchrun", workload="cifar10", devices=2,
+                batch_size=4, image_size=16, steps=3, warmup=1, device_type="cpu",
+                threads_per_device=1, timeout_s=300)
+    assert make_cell(**cell, options=knobs).cell_id == record["cell"]
+    assert make_cell(**cell).cell_id != record["cell"]
+    for report in rank_reports(record):
+        assert report["communication_in_effect"] == {**knobs, "comm_hook": "bf16_compress_hook"}
