@@ -198,7 +198,7 @@ def test_export_without_its_library_names_the_extra(tmp_path, monkeypatch):
     ("torchrun", "comm_hook=int8", "option comm_hook takes one of none, fp16, bf16; got 'int8'"),
     ("torchrun", "static_graph=1", "option static_graph takes a bool, got 1"),
     ("horovod", "fusion_threshold_mb=-1",
-     "option fusion_threshold_mb takes a number >= 0 (MiB; 0: no fusion); got -1"),
+     "option fusion_threshold_mb takes a number >= 0 (MiB, 0: no fusion); got -1"),
     ("horovod", "cycle_time_ms=0", "option cycle_time_ms takes a number > 0 (ms); got 0"),
     ("horovod", "compression=bf16", "option compression takes one of none, fp16; got 'bf16'"),
     ("torchrun", "compression=fp16", "unknown option 'compression' for torch under torchrun"),

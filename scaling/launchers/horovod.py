@@ -47,7 +47,7 @@ class Horovod(Launcher):
     frameworks = ("torch", "tensorflow", "mxnet")
     options = {
         "timeline": bool,
-        "fusion_threshold_mb": Number(zero_ok=True, unit="MiB; 0: no fusion"),
+        "fusion_threshold_mb": Number(zero_ok=True, unit="MiB, 0: no fusion"),
         "cycle_time_ms": Number(unit="ms"),
         "compression": ("none", "fp16"),
     }
