@@ -136,6 +136,9 @@ class MxnetSession(MxnetHooks):
     def finish(self) -> dict:
         params = sum(p.data(self.contexts[0]).size for p in self._trained())
         facts = {"params": params, **self.compute_facts(self.cell), **self.fingerprints()}
+        read_back = getattr(self.parallel, "communication_in_effect", None)
+        if read_back is not None:  # a mechanism without a read-back reports none
+            facts["communication_in_effect"] = read_back(self.trainer)
         return {**mxnet_device.memory(self.mx, self.contexts, self.gpu), **facts}
 
 
