@@ -59,6 +59,23 @@ def test_bad_memory_limit_is_refused():
     assert_one_line_error(result, "bad memory size 'lots'")
 
 
+@pytest.mark.parametrize("framework, launcher, option, message", [
+    ("tensorflow", "tf-mirrored", "cross_device_ops=ring", "option cross_device_ops takes one "
+     "of auto, reduce_to_one, hierarchical_copy, nccl; got 'ring'"),
+    ("tensorflow", "tf-multiworker", "implementation=gloo",
+     "option implementation takes one of auto, ring, nccl; got 'gloo'"),
+    ("tensorflow", "tf-multiworker", "pack_mb=0", "option pack_mb takes a number > 0 (MiB); got 0"),
+    ("mxnet", "mxnet-kvstore", "bigarray_bound=1.5",
+     "option bigarray_bound takes a integer > 0 (elements); got 1.5"),
+    ("jax", "jax", "all_reduce_combine_mb=-1",
+     "option all_reduce_combine_mb takes a number >= 0 (MiB); got -1"),
+])
+def test_a_bad_communication_knob_names_its_valid_values(framework, launcher, option, message):
+    result = scaling_in_process(*RUN, "--framework", framework, "--launcher", launcher,
+                                "--workload", "cifar10", "--batch-size", 2, "--option", option)
+    assert_one_line_error(result, message)
+
+
 def test_unknown_yaml_key_names_the_file_and_the_valid_keys(tmp_path):
     config = write_sweep(tmp_path / "typo.yaml", batch_size=[4])
     result = scaling_in_process("sweep", config)

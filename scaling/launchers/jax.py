@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from typing import Dict
 
-from scaling.launchers import (OneProcessPerNode, SpawnedPerDevice, register_launcher,
+from scaling.launchers import (Number, OneProcessPerNode, SpawnedPerDevice, register_launcher,
                                thread_env)
 from scaling.workers.jax.parallel import COORDINATOR_ENV
+
+COMBINE = {"all_reduce_combine_mb": Number(zero_ok=True, unit="MiB")}
+"""XLA's all-reduce combining threshold on GPU (``scaling.workers.jax.communication``); a CPU
+cell with it ends ``error``, as XLA's CPU backend has none."""
 
 
 @register_launcher
@@ -25,6 +29,7 @@ class JaxMesh(OneProcessPerNode):
     name = "jax"
     frameworks = ("jax",)
     data_parallel = "mesh"
+    options = COMBINE
 
 
 @register_launcher
@@ -32,6 +37,7 @@ class JaxDistributed(SpawnedPerDevice):
     name = "jax-distributed"
     frameworks = ("jax",)
     data_parallel = "distributed"
+    options = COMBINE
 
     def env(self, cell, placement) -> Dict[str, str]:
         devices = cell.devices if cell.device_type == "gpu" else 1

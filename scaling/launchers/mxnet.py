@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from scaling.launchers import OneProcessPerNode, register_launcher, thread_env
+from scaling.launchers import Number, OneProcessPerNode, register_launcher, thread_env
 
 
 @register_launcher
@@ -12,8 +12,12 @@ class MxnetKvstore(OneProcessPerNode):
     name = "mxnet-kvstore"
     frameworks = ("mxnet",)
     data_parallel = "kvstore"
-    options = {"kvstore": ("device", "nccl", "local")}
-    """``kvstore``: gradient aggregation; ``device`` by default on GPU, ``local`` on CPU."""
+    options = {"kvstore": ("device", "nccl", "local"),
+               "bigarray_bound": Number(integer=True, unit="elements")}
+    """``kvstore``: gradient aggregation; ``device`` by default on GPU, ``local`` on CPU (where
+    ``nccl`` does not run). ``bigarray_bound``: MXNET_KVSTORE_BIGARRAY_BOUND, the size from
+    which the kvstore splits an array to reduce it (MXNet's default: 1000000); the worker sets
+    it, as the harness gives workers only the MXNET_ variables captured with the cell."""
 
     def env(self, cell, placement) -> Dict[str, str]:
         # Each op of a context uses the device's threads; the engine runs one op per context.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from scaling.launchers import (OneProcessPerNode, SpawnedPerDevice, register_launcher,
+from scaling.launchers import (Number, OneProcessPerNode, SpawnedPerDevice, register_launcher,
                                thread_env)
 
 
@@ -19,6 +19,9 @@ class TfMirrored(OneProcessPerNode):
     name = "tf-mirrored"
     frameworks = ("tensorflow",)
     data_parallel = "mirrored"
+    options = {"cross_device_ops": ("auto", "reduce_to_one", "hierarchical_copy", "nccl")}
+    """``cross_device_ops``: how the replicas' gradients are reduced; ``auto`` (the default) is
+    NCCL on GPU and a reduction to one device on CPU, where NCCL does not run."""
 
 
 @register_launcher
@@ -27,6 +30,10 @@ class TfMultiWorker(SpawnedPerDevice):
     frameworks = ("tensorflow",)
     data_parallel = "multiworker"
     spawn_flags = ("--tf-config",)
+    options = {"implementation": ("auto", "ring", "nccl"), "pack_mb": Number(unit="MiB")}
+    """``implementation``: the collectives' (unset: NCCL on GPU, ring on CPU, where NCCL does
+    not run; ``auto``: TensorFlow's choice); ``pack_mb``: the size of the packs the gradients
+    are all-reduced in (unset: TensorFlow's 0, all of a step's gradients in one pack)."""
 
     def env(self, cell, placement) -> Dict[str, str]:
         return thread_env(cell.threads_per_device)

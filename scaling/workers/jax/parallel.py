@@ -22,6 +22,7 @@ import time
 from typing import List
 
 from scaling.workers import common
+from scaling.workers.jax import communication
 
 AXIS = "data"
 POLL_S = 0.001
@@ -45,6 +46,7 @@ def start(cell: dict):
     runtime) and return ``jax``."""
     rank, local_rank, world_size = common.process_ranks()
     devices = cell["local_devices"]
+    communication.apply(cell)
     if cell["device_type"] == "cpu":
         claim_cores(cell["threads_per_device"] * devices, local_rank)
     import jax

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from scaling.workers.jax import communication
+
 
 class JaxStep:
     """The step of the model ``graph`` in the cell's mode, with the optimizer ``tx``, over
@@ -73,6 +75,7 @@ class JaxStep:
         compiled = self.jax.jit(step, donate_argnums=donate).lower(
             *state, images, labels).compile()
         report["compile_s"] = time.perf_counter() - started
+        report["communication_in_effect"] = communication.in_effect(compiled.as_text())
         return compiled
 
     def compile_local(self):

@@ -4,17 +4,41 @@ cell's processes, and an in-place sum of one array per context for the collectiv
 
 from __future__ import annotations
 
+import os
+
+BIGARRAY_BOUND_ENV, BIGARRAY_BOUND_DEFAULT = "MXNET_KVSTORE_BIGARRAY_BOUND", 1000 * 1000
+"""The size (elements) from which a kvstore splits an array to reduce it, and MXNet's default."""
+
 
 class KvstoreParallel:
-    """One process over all of its contexts; a kvstore Trainer aggregates their gradients."""
+    """One process over all of its contexts; a kvstore Trainer aggregates their gradients, with
+    the options ``kvstore`` and ``bigarray_bound``."""
 
     first_gpu = first_replica = 0
     versions: dict = {}
 
     def __init__(self, cell: dict):
-        self.kvstore = cell["options"].get("kvstore",
-                                           "device" if cell["device_type"] == "gpu" else "local")
+        options, gpu = cell["options"], cell["device_type"] == "gpu"
+        self.kvstore = options.get("kvstore", "device" if gpu else "local")
+        if self.kvstore == "nccl" and not gpu:
+            raise RuntimeError("kvstore nccl does not run on CPU: NCCL reduces over GPUs only "
+                               "(and MXNet refuses it without a USE_NCCL=1 build); use local "
+                               "or device")
+        if "bigarray_bound" in options:
+            # Read by the kvstore when the Trainer creates it, at its first step. The harness
+            # gives workers only the MXNET_ variables captured when the cell was made, so the
+            # worker sets it from the cell's option itself.
+            os.environ[BIGARRAY_BOUND_ENV] = str(options["bigarray_bound"])
         self.update_on_kvstore = False if cell["mode"] == "forward_backward" else None
+
+    def communication_in_effect(self, trainer) -> dict:
+        """The type of the Trainer's kvstore (None before a step made one: in ``forward``), and
+        the big-array bound as this process's environment gives it to the kvstore (MXNet has no
+        getter for it)."""
+        store = trainer._kvstore if trainer._kv_initialized else None  # noqa: SLF001
+        return {"kvstore": store.type if store else None,
+                "bigarray_bound": int(os.environ.get(BIGARRAY_BOUND_ENV,
+                                                     BIGARRAY_BOUND_DEFAULT))}
 
     def trainer(self, gluon, params, optimizer: str, optimizer_params: dict):
         """A trainer over ``params``; in forward_backward the kvstore only aggregates (MXNet
@@ -43,6 +67,9 @@ class NoParallel(KvstoreParallel):
 
     def __init__(self, cell: dict):
         self.kvstore = self.update_on_kvstore = None
+
+    def communication_in_effect(self, trainer) -> dict:
+        return {}
 
 
 class HorovodParallel:

@@ -45,9 +45,6 @@ class MxnetSession(MxnetHooks):
             device_name=str(self.contexts[0]), layout="NCHW", hybridized=True,
             kvstore=self.parallel.kvstore, contexts=len(self.contexts),
         )
-        if hasattr(self.parallel, "communication_in_effect"):
-            report["communication_in_effect"] = self.parallel.communication_in_effect(
-                self.trainer)
 
     def _loader(self):
         """A fresh loader of this process's shard, a batch for each of its contexts."""
@@ -139,6 +136,7 @@ class MxnetSession(MxnetHooks):
     def finish(self) -> dict:
         params = sum(p.data(self.contexts[0]).size for p in self._trained())
         facts = {"params": params, **self.compute_facts(self.cell), **self.fingerprints()}
+        facts["communication_in_effect"] = self.parallel.communication_in_effect(self.trainer)
         return {**mxnet_device.memory(self.mx, self.contexts, self.gpu), **facts}
 
 

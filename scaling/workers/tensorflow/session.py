@@ -36,8 +36,8 @@ class TensorFlowSession(TensorFlowHooks):
         trainable = build_model(keras, strategy, self.parallel, workload, cell)
         report.update(description(tf, keras, cell, self.parallel, strategy, trainable.model,
                                   self.devices))
-        if hasattr(self.parallel, "communication_in_effect"):
-            report["communication_in_effect"] = self.parallel.communication_in_effect(strategy)
+        report["communication_in_effect"] = self.parallel.communication_in_effect(
+            strategy, trainable.model)
         self.gradient_bytes = sum(tf.as_dtype(v.dtype).size * int(tf.size(v))
                                   for v in trainable.model.trainable_variables)
         report.update(compute_report(

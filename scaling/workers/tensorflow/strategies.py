@@ -6,10 +6,11 @@ the session does differently under it: the process's first GPU, how the gradient
 aggregated, what is broadcast once the model is built, which replicas the process drives and
 how a value is summed, and its maximum taken, over the cell.
 
-- ``mirrored``: MirroredStrategy over this process's devices (NCCL on GPU, a reduction to one
-  device on CPU);
-- ``multiworker``: one worker of a MultiWorkerMirroredStrategy cluster described by TF_CONFIG
-  (NCCL on GPU, ring collectives on CPU);
+- ``mirrored``: MirroredStrategy over this process's devices, with the cross-device ops of the
+  option ``cross_device_ops`` (by default NCCL on GPU, a reduction to one device on CPU);
+- ``multiworker``: one worker of a MultiWorkerMirroredStrategy cluster described by TF_CONFIG,
+  with the options ``implementation`` (by default NCCL on GPU, ring collectives on CPU) and
+  ``pack_mb``;
 - ``none``: one process on one device under the default strategy, the ``single`` baseline;
 - ``horovod``: one Horovod rank on one device, under TensorFlow's default strategy, with
   ``hvd.DistributedGradientTape`` (compressing the gradients as the option ``compression``
@@ -20,6 +21,8 @@ how a value is summed, and its maximum taken, over the cell.
 from __future__ import annotations
 
 from typing import Dict
+
+NCCL_ON_CPU = "NCCL reduces over GPUs only: TensorFlow has no NCCL kernel for CPU devices"
 
 
 class Plain:
@@ -40,6 +43,11 @@ class Plain:
 
     def versions(self) -> Dict[str, str]:
         """Versions of what the mechanism adds to TensorFlow."""
+        return {}
+
+    def communication_in_effect(self, strategy, model) -> Dict:
+        """The communication settings in effect, read back from the strategy: knob name ->
+        value (the rank report's ``communication_in_effect``)."""
         return {}
 
     def broadcast(self, variables) -> None:
@@ -94,13 +102,32 @@ class Plain:
 
 
 class Mirrored(Plain):
-    """MirroredStrategy over the devices of this one process."""
+    """MirroredStrategy over the devices of this one process, with the cross-device ops of the
+    option ``cross_device_ops``."""
 
     def make_strategy(self, devices):
         distribute = self.tf.distribute
-        reduce_ops = (distribute.NcclAllReduce() if self.gpu
-                      else distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
+        choice = self.cell["options"].get("cross_device_ops", "auto")
+        if choice == "auto":
+            choice = "nccl" if self.gpu else "reduce_to_one"
+        if choice == "nccl" and not self.gpu:
+            raise RuntimeError(f"cross_device_ops nccl does not run on CPU: {NCCL_ON_CPU}; "
+                               "use reduce_to_one or hierarchical_copy")
+        reduce_ops = {
+            "nccl": distribute.NcclAllReduce,
+            "hierarchical_copy": distribute.HierarchicalCopyAllReduce,
+            "reduce_to_one": lambda: distribute.ReductionToOneDevice(
+                reduce_to_device=None if self.gpu else "/cpu:0"),
+        }[choice]()
         return distribute.MirroredStrategy(devices=devices, cross_device_ops=reduce_ops)
+
+    def communication_in_effect(self, strategy, model) -> Dict:
+        """The class of the cross-device ops that the strategy reduces a float gradient with
+        (on GPU under XLA, TensorFlow swaps in CollectiveAllReduce: it says so here)."""
+        if self.gpu and self.cell["options"].get("xla"):
+            return {"cross_device_ops": "CollectiveAllReduce"}
+        ops = strategy.extended._get_cross_device_ops(self.tf.constant(0.0))  # noqa: SLF001
+        return {"cross_device_ops": type(ops).__name__}
 
 
 class MultiWorker(Plain):
@@ -120,12 +147,30 @@ class MultiWorker(Plain):
         return int(results[0].numpy())
 
     def make_strategy(self, devices):
-        experimental = self.tf.distribute.experimental
-        implementation = (experimental.CommunicationImplementation.NCCL if self.gpu
-                          else experimental.CommunicationImplementation.RING)
+        experimental, options = self.tf.distribute.experimental, self.cell["options"]
+        choice = options.get("implementation", "nccl" if self.gpu else "ring")
+        if choice == "nccl" and not self.gpu:
+            raise RuntimeError(f"implementation nccl does not run on CPU: {NCCL_ON_CPU}; "
+                               "use ring or auto")
+        # Unset, bytes_per_pack is TensorFlow's 0: every gradient of a step in one pack.
         return self.tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=experimental.CommunicationOptions(
-                implementation=implementation))
+                implementation=getattr(experimental.CommunicationImplementation, choice.upper()),
+                bytes_per_pack=int(options.get("pack_mb", 0) * 2**20)))
+
+    def communication_in_effect(self, strategy, model) -> Dict:
+        """The options of the strategy's collective all-reduce, and into how many packs it
+        splits the model's gradients with them (TensorFlow's own grouping, over the gradients
+        in the reversed order that it packs them in)."""
+        from tensorflow.python.distribute import cross_device_utils
+
+        options = strategy.extended._cross_device_ops._options  # noqa: SLF001
+        gradients = [self.tf.TensorSpec(v.shape, v.dtype)
+                     for v in reversed(model.trainable_variables)]
+        return {"implementation": options.implementation.name.lower(),
+                "pack_mb": options.bytes_per_pack / 2**20,
+                "gradient_packs": len(cross_device_utils.group_by_size(
+                    gradients, options.bytes_per_pack))}
 
 
 class Horovod(Plain):
@@ -147,7 +192,7 @@ class Horovod(Plain):
         self.settings = horovod_settings()
         hvd.init()
 
-    def communication_in_effect(self, strategy) -> Dict:
+    def communication_in_effect(self, strategy, model) -> Dict:
         """The fusion threshold and cycle time that ``hvd.init`` read, and the compression of
         a tape made as the step makes its own, read off its allreduce function."""
         from scaling.workers.horovod_knobs import horovod_in_effect
