@@ -66,7 +66,7 @@ def test_bad_memory_limit_is_refused():
      "option implementation takes one of auto, ring, nccl; got 'gloo'"),
     ("tensorflow", "tf-multiworker", "pack_mb=0", "option pack_mb takes a number > 0 (MiB); got 0"),
     ("mxnet", "mxnet-kvstore", "bigarray_bound=1.5",
-     "option bigarray_bound takes a integer > 0 (elements); got 1.5"),
+     "option bigarray_bound takes an integer > 0 (elements); got 1.5"),
     ("jax", "jax", "all_reduce_combine_mb=-1",
      "option all_reduce_combine_mb takes a number >= 0 (MiB); got -1"),
 ])

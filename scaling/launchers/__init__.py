@@ -190,7 +190,9 @@ def check_options(launcher: Launcher, framework: str, options: Dict) -> None:
         allowed = valid[key]
         if isinstance(allowed, Number):
             if not allowed.accepts(value):
-                raise ScalingError(f"option {key} takes a {allowed.__name__}; got {value!r}")
+                name = allowed.__name__
+                raise ScalingError(f"option {key} takes {'an' if name[0] in 'aeiou' else 'a'} "
+                                   f"{name}; got {value!r}")
         elif isinstance(allowed, tuple):
             if not any(type(value) is type(choice) and value == choice for choice in allowed):
                 raise ScalingError(f"option {key} takes one of "
