@@ -168,7 +168,7 @@ def test_unknown_option_is_refused(out_dir):
                                 "--option", "fast=true", "--out", out_dir)
     assert result.returncode == 2
     assert ("unknown option 'fast' for tensorflow under tf-mirrored; valid options: "
-            "mixed_precision, xla") in result.stderr
+            "cross_device_ops, mixed_precision, xla") in result.stderr
 
 
 def test_keras_adaptive_pooling_averages_torch_windows():
