@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from benchlib import alternating, harness_record, machine
-from scaling.launchers import default_python, get_launcher
+from scaling.launchers import default_python
 from scaling.uncertainty import repeats_interval
 
 WORKLOADS = {
@@ -60,7 +60,6 @@ def main():
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     framework, knobs = KNOBS[args.launcher]
-    get_launcher(args.launcher)  # an unknown launcher fails here, before any cell runs
     variants = [label(knob) for knob in [{}, *knobs]]
     options = dict(zip(variants, [{}, *knobs]))
     results = []

@@ -156,8 +156,11 @@ def test_the_terminal_report_names_each_run_and_what_differs(two_hosts):
 
 
 def test_one_folder_writes_its_page_where_html_says(two_hosts, tmp_path):
+    # A copy: a one-folder report writes results.csv into its folder, which the shared
+    # folders must not gain (test_the_terminal_report_names_each_run_and_what_differs).
+    monday = shutil.copytree(two_hosts[0], tmp_path / "monday")
     path = tmp_path / "monday.html"
-    result = scaling_in_process("report", two_hosts[0], "--html", path)
+    result = scaling_in_process("report", monday, "--html", path)
     assert result.returncode == 0, result.output
     assert result.stdout.splitlines()[-1] == f"Report: {path}"
     assert grids_of(path.read_text())["resnet50-224-gpu", CURVE][(32, 2)] == \

@@ -64,14 +64,9 @@ class Launcher:
     bucket_bytes: Optional[int] = None
     """The size up to which the mechanism packs gradients into one allreduce (DDP's buckets,
     Horovod's fusion buffer), at its default; None where it sends each tensor on its own."""
-    bucket_option: Optional[str] = None
-    """The option that sets that size in MiB, where the launcher has one."""
-
-    def gradient_bucket_bytes(self, options: Optional[Dict] = None) -> Optional[int]:
-        """:attr:`bucket_bytes`, or the size that a cell's ``options`` set (None where they
-        turn packing off)."""
-        mib = (options or {}).get(self.bucket_option) if self.bucket_option else None
-        return self.bucket_bytes if mib is None else int(mib * 2**20) or None
+    def gradient_bucket_bytes(self) -> Optional[int]:
+        """:attr:`bucket_bytes`, or where the environment overrides it, the override."""
+        return self.bucket_bytes
 
     def option_env(self, options: Dict) -> Dict[str, str]:
         """Environment variables that a cell's ``options`` set for its processes: they join

@@ -58,14 +58,11 @@ class Horovod(Launcher):
     packages = ("horovod",)
     bucket_bytes = 128 * 2**20
     """Horovod's tensor-fusion threshold in the 0.28 this project builds (HOROVOD_FUSION_THRESHOLD
-    or the option ``fusion_threshold_mb`` overrides it)."""
-    bucket_option = "fusion_threshold_mb"
+    overrides it; a cell's ``fusion_threshold_mb`` sets it for that cell)."""
 
-    def gradient_bucket_bytes(self, options: Optional[Dict] = None) -> Optional[int]:
+    def gradient_bucket_bytes(self) -> Optional[int]:
         override = os.environ.get("HOROVOD_FUSION_THRESHOLD")
-        if (options or {}).get(self.bucket_option) is None and override and override.isdigit():
-            return int(override)
-        return super().gradient_bucket_bytes(options)
+        return int(override) if override and override.isdigit() else self.bucket_bytes
 
     def option_env(self, options: Dict) -> Dict[str, str]:
         env = {}

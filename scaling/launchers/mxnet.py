@@ -16,8 +16,11 @@ class MxnetKvstore(OneProcessPerNode):
                "bigarray_bound": Number(integer=True, unit="elements")}
     """``kvstore``: gradient aggregation; ``device`` by default on GPU, ``local`` on CPU (where
     ``nccl`` does not run). ``bigarray_bound``: MXNET_KVSTORE_BIGARRAY_BOUND, the size from
-    which the kvstore splits an array to reduce it (MXNet's default: 1000000); the worker sets
-    it, as the harness gives workers only the MXNET_ variables captured with the cell."""
+    which the kvstore splits an array to reduce it (MXNet's default: 1000000)."""
+
+    def option_env(self, options: Dict) -> Dict[str, str]:
+        bound = options.get("bigarray_bound")
+        return {} if bound is None else {"MXNET_KVSTORE_BIGARRAY_BOUND": str(bound)}
 
     def env(self, cell, placement) -> Dict[str, str]:
         # Each op of a context uses the device's threads; the engine runs one op per context.

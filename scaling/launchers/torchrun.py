@@ -25,7 +25,6 @@ class Torchrun(Launcher):
     multi_node = True
     bucket_bytes = 25 * 2**20
     """DistributedDataParallel's ``bucket_cap_mb`` default."""
-    bucket_option = "bucket_cap_mb"
 
     def command(self, cell, placement, cell_dir: str, python: str) -> List[str]:
         python_argv = worker_argv(python, cell, cell_dir)

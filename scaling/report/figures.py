@@ -116,7 +116,7 @@ def _run_styles(keys) -> Dict[Tuple, Dict]:
     a marker per curve within the framework, as in one run, and a line style per run."""
     runs = sorted({key[-1] for key in keys})
     curves = _styles({key[:-1] for key in keys})
-    return {key: {**curves[key[:-1]], "linestyle": _LINESTYLES[runs.index(key[-1]) % 3]}
+    return {key: {**curves[key[:-1]], "linestyle": _LINESTYLES[runs.index(key[-1]) % len(_LINESTYLES)]}
             for key in keys}
 
 

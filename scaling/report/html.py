@@ -93,7 +93,7 @@ def measured_details(rows: List[Dict]) -> Dict:
                       for line in lines]}
 
 
-def _inline(figure) -> Markup:
+def inline_figure(figure) -> Markup:
     return Markup(svg(figure)) if figure is not None else None
 
 
@@ -112,14 +112,14 @@ def _workload_section(key, rows: List[Dict], model: Dict) -> Dict:
         "model": [line[1:] for line in model_lines(rows, _curve_of)],
         "input": [line[1:] for line in input_lines(rows, _curve_of)],
         "overheads": [line[1:] for line in overhead_lines(rows, _curve_of)],
-        "cost_figure": _inline(cost_figure(rows, f"{workload}: time and cost of a million "
+        "cost_figure": inline_figure(cost_figure(rows, f"{workload}: time and cost of a million "
                                                  "images, relative to the reference")),
         "costs": sorted((row for row in rows if row.get("price_per_hour") is not None),
                         key=lambda r: (str(series_key(r)), r["total_devices"])),
-        "scaling": _inline(scaling_figure(rows, f"{workload}, {size}x{size}, "
+        "scaling": inline_figure(scaling_figure(rows, f"{workload}, {size}x{size}, "
                                                 "per-device batch fixed",
                                           predicted_curves(rows, series_key, **model))),
-        "frameworks": _inline(frameworks_figure(rows, f"{workload}: frameworks and launchers"))
+        "frameworks": inline_figure(frameworks_figure(rows, f"{workload}: frameworks and launchers"))
         if len(pairs) > 1 else None,
     }
 
@@ -174,7 +174,7 @@ def allreduce_section(records: List[Dict]):
     found = {}
     for launcher in sorted({row["launcher"] for row in rows}):
         found.update(marks(launcher))
-    return _inline(allreduce_figure(rows, found)) if rows else None
+    return inline_figure(allreduce_figure(rows, found)) if rows else None
 
 
 def render_html(out_dir, rows: List[Dict], records: List[Dict],
@@ -192,7 +192,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
         overhead_title=OVERHEAD_TITLE, overhead_headers=OVERHEAD_HEADERS[1:],
         model_title=MODEL_TITLE, model_headers=MODEL_HEADERS[1:],
         input_title=INPUT_TITLE, input_headers=INPUT_HEADERS[1:],
-        workloads=_inline(workloads_figure(rows)) if len(sections) > 1 else None,
+        workloads=inline_figure(workloads_figure(rows)) if len(sections) > 1 else None,
         matmul=matmul_section(records),
         allreduce=allreduce_section(records),
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],

@@ -13,10 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List
 
-from markupsafe import Markup
-
-from scaling.report.figures import scaling_figure, svg
-from scaling.report.html import grids, marked_cells, page_header, templates
+from scaling.report.figures import scaling_figure
+from scaling.report.html import inline_figure, grids, marked_cells, page_header, templates
 from scaling.report.runs import Run, side_by_side
 from scaling.report.tables import workload_groups
 
@@ -27,7 +25,7 @@ def _section(key, rows: List[Dict], runs: List[Run]) -> Dict:
                                   f"{len(runs)} runs", by_run=True)
     section = {"title": f"{workload} at {size}x{size} on {device_type}",
                "anchor": f"{workload}-{size}-{device_type}",
-               "scaling": Markup(svg(figure)) if figure is not None else None, "grids": []}
+               "scaling": inline_figure(figure), "grids": []}
     for run in runs:
         for grid in grids([row for row in rows if row["run"] == run.name]):
             section["grids"].append({**grid, "label": f"{run.name}: {grid['label']}"})

@@ -27,6 +27,15 @@ def horovod_settings(environ=os.environ) -> Dict[str, str]:
     return {name: environ[name] for name in NAMES if name in environ}
 
 
+def init_horovod(hvd, options: Dict):
+    """``hvd.init()`` for a cell with ``options``; returns the compression class its
+    ``compression`` option names and the settings ``hvd.init`` read (:func:`horovod_settings`)."""
+    compression = getattr(hvd.Compression, options.get("compression", "none"))
+    settings = horovod_settings()
+    hvd.init()
+    return compression, settings
+
+
 def _leading(text: str, pattern: str) -> float:
     """The number at the start of ``text`` (after blanks), 0 where there is none, as C's
     ``strtol``/``strtof`` read it."""

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Callable, Iterable, Iterator, List, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Tuple
+
+from scaling.workers import common
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -62,6 +64,18 @@ def shard_files(data: str, shard: int, count: int) -> List[Tuple[str, int]]:
         raise RuntimeError(f"data folder {data} has {len(files)} images, too few for "
                            f"{count} processes to read one each")
     return shard_of
+
+
+def process_shard(cell: Dict) -> List[Tuple[str, int]]:
+    """:func:`shard_files` of this process of ``cell`` (by its rank among the cell's
+    processes), refused when it holds fewer images than one batch: a pipeline that keeps full
+    batches only would otherwise wait without end."""
+    rank, _, processes = common.process_ranks()
+    files = shard_files(cell["data"], rank, processes)
+    if len(files) < cell["batch_size"]:
+        raise RuntimeError(f"this process's shard of the data has {len(files)} images: the "
+                           f"shard holds fewer images than one batch ({cell['batch_size']})")
+    return files
 
 
 def endless(epoch: Callable[[int], Iterable]) -> Iterator:

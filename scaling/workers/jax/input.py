@@ -1,7 +1,7 @@
 """The input of a JAX process: one synthetic batch per replica it drives, seeded by the
 replica's index in the cell; or real images through a Grain pipeline over this process's shard.
 
-The pipeline lists the process's shard (``input_data.shard_files``: every process count-th file
+The pipeline lists the process's shard (``input_data.process_shard``: every process count-th file
 from its index on), shuffles it (seeded, again each pass, Grain's ``shuffle`` before
 ``repeat``), decodes each image with Pillow and augments it as ``scaling.workers.input_data``
 says (a random resized crop drawn as torchvision draws it, a horizontal flip, normalisation;
@@ -18,7 +18,7 @@ import functools
 import math
 from typing import Iterator, Tuple
 
-from scaling.workers import common, input_data
+from scaling.workers import input_data
 
 
 def synthetic_batch(jax, parallel, cell: dict, workload):
@@ -82,11 +82,7 @@ def dataset(cell: dict, channels: int, batch: int):
     processes build the batches (Grain's ``mp_prefetch``), 0 builds them in this process."""
     import grain
 
-    rank, _, processes = common.process_ranks()
-    files = input_data.shard_files(cell["data"], rank, processes)
-    if len(files) < cell["batch_size"]:
-        raise RuntimeError(f"this process's shard of the data has {len(files)} images: the "
-                           f"shard holds fewer images than one batch ({cell['batch_size']})")
+    files = input_data.process_shard(cell)
     pipeline = (grain.MapDataset.source(files).shuffle(seed=0).repeat()
                 .random_map(functools.partial(augment, size=cell["image_size"],
                                               channels=channels), seed=0)

@@ -24,11 +24,6 @@ class KvstoreParallel:
             raise RuntimeError("kvstore nccl does not run on CPU: NCCL reduces over GPUs only "
                                "(and MXNet refuses it without a USE_NCCL=1 build); use local "
                                "or device")
-        if "bigarray_bound" in options:
-            # Read by the kvstore when the Trainer creates it, at its first step. The harness
-            # gives workers only the MXNET_ variables captured when the cell was made, so the
-            # worker sets it from the cell's option itself.
-            os.environ[BIGARRAY_BOUND_ENV] = str(options["bigarray_bound"])
         self.update_on_kvstore = False if cell["mode"] == "forward_backward" else None
 
     def communication_in_effect(self, trainer) -> dict:
@@ -81,12 +76,10 @@ class HorovodParallel:
         import horovod
         import horovod.mxnet as hvd
 
-        from scaling.workers.horovod_knobs import horovod_settings
+        from scaling.workers.horovod_knobs import init_horovod
 
         self.hvd, self.versions = hvd, {"horovod": horovod.__version__}
-        self.compression = getattr(hvd.Compression, cell["options"].get("compression", "none"))
-        self.settings = horovod_settings()
-        hvd.init()
+        self.compression, self.settings = init_horovod(hvd, cell["options"])
         self.first_gpu, self.first_replica = hvd.local_rank(), hvd.rank()
 
     def trainer(self, gluon, params, optimizer: str, optimizer_params: dict):

@@ -23,7 +23,7 @@ import contextlib
 import time
 from typing import Dict, List, Optional, Tuple
 
-from scaling.workers.horovod_knobs import horovod_in_effect, horovod_settings
+from scaling.workers.horovod_knobs import horovod_in_effect, init_horovod
 
 
 class NoParallel:
@@ -145,9 +145,7 @@ class HorovodParallel:
         self.hvd = hvd
         self.versions = {"horovod": horovod.__version__}
         self.waits: Optional[List[float]] = None
-        self.compression = getattr(hvd.Compression, (options or {}).get("compression", "none"))
-        self.settings = horovod_settings()
-        hvd.init()
+        self.compression, self.settings = init_horovod(hvd, options or {})
 
     def wrap(self, model, optimizer, device_ids):
         hvd = self.hvd

@@ -1,6 +1,6 @@
 """Real images into a TensorFlow process: a ``tf.data`` pipeline over this process's shard.
 
-The pipeline lists the process's shard (``input_data.shard_files``), shuffles it (seeded, again
+The pipeline lists the process's shard (``input_data.process_shard``), shuffles it (seeded, again
 each pass), repeats it without end, decodes and augments each image as
 ``scaling.workers.input_data`` says (a random resized crop through
 ``tf.image.sample_distorted_bounding_box``, a horizontal flip, normalisation), batches it with
@@ -17,16 +17,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from scaling.workers import common, input_data
+from scaling.workers import input_data
 
 
 def dataset(tf, cell: dict, channels: int, batch: int):
     """This process's pipeline, in batches of ``batch`` images."""
-    rank, _, processes = common.process_ranks()
-    files = input_data.shard_files(cell["data"], rank, processes)
-    if len(files) < cell["batch_size"]:
-        raise RuntimeError(f"this process's shard of the data has {len(files)} images: the "
-                           f"shard holds fewer images than one batch ({cell['batch_size']})")
+    files = input_data.process_shard(cell)
     paths, labels = [path for path, _ in files], [label for _, label in files]
     mean, std = input_data.normalisation(channels)
     size, workers = cell["image_size"], cell["loader_workers"]

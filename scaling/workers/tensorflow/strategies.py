@@ -185,12 +185,10 @@ class Horovod(Plain):
         import horovod
         import horovod.tensorflow as hvd
 
-        from scaling.workers.horovod_knobs import horovod_settings
+        from scaling.workers.horovod_knobs import init_horovod
 
         self.hvd, self.version = hvd, horovod.__version__
-        self.compression = getattr(hvd.Compression, cell["options"].get("compression", "none"))
-        self.settings = horovod_settings()
-        hvd.init()
+        self.compression, self.settings = init_horovod(hvd, cell["options"])
 
     def communication_in_effect(self, strategy, model) -> Dict:
         """The fusion threshold and cycle time that ``hvd.init`` read, and the compression of
