@@ -4,6 +4,7 @@ runs the cell from the installed copy."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import site
 import subprocess
@@ -67,9 +68,11 @@ def test_an_installed_harness_submits_a_cell_to_slurm_and_records_it(tmp_path):
 def test_the_quickstart_installs_the_extras_of_what_it_runs_and_nothing_else(tmp_path):
     import yaml
 
-    dry = subprocess.run(["make", "-n", "quickstart", f"VENV={tmp_path / 'venv'}",
-                          f"MXNET_VENV={tmp_path / 'venv-mxnet'}"],
-                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    outer_make = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}
+    env = {key: value for key, value in os.environ.items() if key not in outer_make}
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "quickstart",
+                          f"VENV={tmp_path / 'venv'}", f"MXNET_VENV={tmp_path / 'venv-mxnet'}"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, check=True).stdout
     [install] = [line for line in dry.splitlines() if "-c constraints.txt" in line]
     extras = set(install.split("'.[")[1].split("]'")[0].split(","))
     config = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
