@@ -37,3 +37,18 @@ def format_bytes(value) -> str:
         if value >= size:
             return f"{value / size:.2f} {unit}"
     return f"{value} B"
+
+
+_DURATION = re.compile(r"(?:([0-9]*\.?[0-9]+)h)?(?:([0-9]*\.?[0-9]+)m)?(?:([0-9]*\.?[0-9]+)s?)?")
+
+
+def parse_duration(text) -> float:
+    """``"30m"`` -> 1800.0; ``"1h30m"``, ``"90s"`` and plain seconds (``"600"``) as well."""
+    match = _DURATION.fullmatch(str(text).strip().lower())
+    if not str(text).strip() or not match or not any(match.groups()):
+        raise ScalingError(f"bad duration {text!r}; write it as 90s, 10m, 1h30m or seconds")
+    hours, minutes, seconds = (float(part or 0) for part in match.groups())
+    value = hours * 3600 + minutes * 60 + seconds
+    if value <= 0:
+        raise ScalingError(f"a duration must be positive, got {text!r}")
+    return value

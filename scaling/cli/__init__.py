@@ -14,7 +14,7 @@ import click
 
 from scaling import __version__
 from scaling.cli import (allreduce, analysis, data, maxbatch, predict, preflight, run, runs,
-                         slurm, sweep)
+                         slurm, sweep, tune)
 from scaling.errors import InfrastructureError, ScalingError
 
 
@@ -52,7 +52,7 @@ def cli():
 for command in (run.devices, run.run, sweep.sweep, sweep.report_command, maxbatch.maxbatch,
                 slurm.status, slurm.cancel, slurm.slurm_task, analysis.matmul,
                 analysis.compare_command, allreduce.allreduce, predict.predict,
-                data.make_data_command, preflight.preflight, runs.export_command):
+                data.make_data_command, preflight.preflight, runs.export_command, tune.tune):
     cli.add_command(command)
 
 

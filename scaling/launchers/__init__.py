@@ -19,12 +19,14 @@ from scaling.registry import Registry
 @dataclass(frozen=True)
 class Number:
     """An option that takes a number from ``low`` (``low`` itself only where ``zero_ok``), an
-    integer where ``integer``; ``unit`` names what it counts, for the help and the errors."""
+    integer where ``integer``; ``unit`` names what it counts, for the help and the errors.
+    ``tune``: the values ``scaling tune`` tries besides the option's default (none given)."""
 
     low: float = 0
     zero_ok: bool = False
     integer: bool = False
     unit: str = ""
+    tune: Tuple[float, ...] = ()
 
     @property
     def __name__(self) -> str:
@@ -51,6 +53,10 @@ class Launcher:
     """Whether ranks can span nodes."""
     max_devices: Optional[int] = None
     """The most devices per node it drives, where it has a limit."""
+    gpu_only: Dict[str, Optional[Tuple]] = {}
+    """Options, or some of their values, that exist on GPUs only (NCCL): option -> those
+    values, or None for every value. The workers refuse them on CPU with the reason;
+    ``scaling tune`` leaves them out of its CPU search."""
     data_parallel: str
     """The data-parallel mechanism its workers build, recorded in the cell
     (:attr:`scaling.cell.Cell.data_parallel`); workers never look at the launcher's name."""

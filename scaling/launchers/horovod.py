@@ -47,8 +47,8 @@ class Horovod(Launcher):
     frameworks = ("torch", "tensorflow", "mxnet")
     options = {
         "timeline": bool,
-        "fusion_threshold_mb": Number(zero_ok=True, unit="MiB, 0: no fusion"),
-        "cycle_time_ms": Number(unit="ms"),
+        "fusion_threshold_mb": Number(zero_ok=True, unit="MiB, 0: no fusion", tune=(0, 32)),
+        "cycle_time_ms": Number(unit="ms", tune=(0.5, 10)),
         "compression": ("none", "fp16"),
     }
     multi_node = True

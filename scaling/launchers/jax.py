@@ -19,7 +19,7 @@ from scaling.launchers import (Number, OneProcessPerNode, SpawnedPerDevice, regi
                                thread_env)
 from scaling.workers.jax.parallel import COORDINATOR_ENV
 
-COMBINE = {"all_reduce_combine_mb": Number(zero_ok=True, unit="MiB")}
+COMBINE = {"all_reduce_combine_mb": Number(zero_ok=True, unit="MiB", tune=(0, 256))}
 """XLA's all-reduce combining threshold on GPU (``scaling.workers.jax.communication``); a CPU
 cell with it ends ``error``, as XLA's CPU backend has none."""
 
@@ -30,6 +30,7 @@ class JaxMesh(OneProcessPerNode):
     frameworks = ("jax",)
     data_parallel = "mesh"
     options = COMBINE
+    gpu_only = {"all_reduce_combine_mb": None}
 
 
 @register_launcher
@@ -38,6 +39,7 @@ class JaxDistributed(SpawnedPerDevice):
     frameworks = ("jax",)
     data_parallel = "distributed"
     options = COMBINE
+    gpu_only = {"all_reduce_combine_mb": None}
 
     def env(self, cell, placement) -> Dict[str, str]:
         devices = cell.devices if cell.device_type == "gpu" else 1

@@ -13,7 +13,9 @@ class MxnetKvstore(OneProcessPerNode):
     frameworks = ("mxnet",)
     data_parallel = "kvstore"
     options = {"kvstore": ("device", "nccl", "local"),
-               "bigarray_bound": Number(integer=True, unit="elements")}
+               "bigarray_bound": Number(integer=True, unit="elements",
+                                         tune=(100_000, 10_000_000))}
+    gpu_only = {"kvstore": ("nccl",)}
     """``kvstore``: gradient aggregation; ``device`` by default on GPU, ``local`` on CPU (where
     ``nccl`` does not run). ``bigarray_bound``: MXNET_KVSTORE_BIGARRAY_BOUND, the size from
     which the kvstore splits an array to reduce it (MXNet's default: 1000000)."""

@@ -20,6 +20,7 @@ class TfMirrored(OneProcessPerNode):
     frameworks = ("tensorflow",)
     data_parallel = "mirrored"
     options = {"cross_device_ops": ("auto", "reduce_to_one", "hierarchical_copy", "nccl")}
+    gpu_only = {"cross_device_ops": ("nccl",)}
     """``cross_device_ops``: how the replicas' gradients are reduced; ``auto`` (the default) is
     NCCL on GPU and a reduction to one device on CPU, where NCCL does not run."""
 
@@ -30,7 +31,9 @@ class TfMultiWorker(SpawnedPerDevice):
     frameworks = ("tensorflow",)
     data_parallel = "multiworker"
     spawn_flags = ("--tf-config",)
-    options = {"implementation": ("auto", "ring", "nccl"), "pack_mb": Number(unit="MiB")}
+    options = {"implementation": ("auto", "ring", "nccl"),
+               "pack_mb": Number(unit="MiB", tune=(4, 32))}
+    gpu_only = {"implementation": ("nccl",)}
     """``implementation``: the collectives' (unset: NCCL on GPU, ring on CPU, where NCCL does
     not run; ``auto``: TensorFlow's choice); ``pack_mb``: the size of the packs the gradients
     are all-reduced in (unset: TensorFlow's 0, all of a step's gradients in one pack)."""

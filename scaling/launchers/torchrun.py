@@ -15,7 +15,7 @@ class Torchrun(Launcher):
     name = "torchrun"
     frameworks = ("torch",)
     options = {
-        "bucket_cap_mb": Number(unit="MiB"),
+        "bucket_cap_mb": Number(unit="MiB", tune=(5, 100)),
         "gradient_as_bucket_view": bool,
         "static_graph": bool,
         "broadcast_buffers": bool,

@@ -30,6 +30,7 @@ from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines
 from scaling.report.figures import (allreduce_figure, cost_figure, frameworks_figure, matmul_figures,
                                     scaling_figure, svg, workloads_figure)
 from scaling.report.provenance import provenance
+from scaling.report.tuning import tuning_section
 from scaling.report.tables import (cell_summary, curve_label, family_key, family_label, figure_text,
                                    scaling_text, series_key, workload_groups)
 from scaling.schema import STATUSES
@@ -197,6 +198,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
         allreduce=allreduce_section(records),
         maxbatch=read_maxbatch_csv(out_dir) if (out_dir / MAXBATCH_FILE).exists() else [],
         preflight=read_preflight(out_dir), preflight_figures=PREFLIGHT_FIGURES,
+        tuning=tuning_section(out_dir),
         provenance=provenance(out_dir, records),
     )
 
