@@ -224,3 +224,40 @@ def test_bad_communication_knobs_name_the_valid_values(launcher, option, message
     result = scaling_in_process(*RUN, "--workload", "cifar10", "--batch-size", 2,
                                 "--launcher", launcher, "--option", option)
     assert_one_line_error(result, message)
+
+
+TUNE = ("tune", "--workload", "mnist_mlp", "--devices", 1, "--device-type", "cpu")
+
+
+@pytest.mark.parametrize("budget, message", [
+    ("0", "a duration must be positive, got '0'"),
+    ("soon", "bad duration 'soon'; write it as 90s, 10m, 1h30m or seconds"),
+])
+def test_a_tune_budget_that_is_not_a_positive_duration_is_refused(tmp_path, budget, message):
+    result = scaling_in_process(*TUNE, "--budget", budget, "--out", tmp_path / "tune")
+    assert_one_line_error(result, message)
+
+
+@pytest.mark.parametrize("space, message", [
+    ("options: {bucket_size: [1, 2]}", "unknown knob 'bucket_size' for torch/"),
+    ("options: {bucket_cap_mb: {low: 100, high: 5}}",
+     "knob bucket_cap_mb: impossible range 100..5; need 0 < low <= high"),
+    ("options: {bucket_cap_mb: [25, -1]}", "option bucket_cap_mb takes a number > 0 (MiB)"),
+    ("options: {comm_hook: [fp8]}", "option comm_hook takes one of none, fp16, bf16; got 'fp8'"),
+    ("batch_sizes: [0]", "batch size 0 is neither a positive integer nor max"),
+    ("launchers: [tf-mirrored]", "launcher 'tf-mirrored' starts none of torch"),
+    ("knobs: {}", "a space file maps some of frameworks, launchers, batch_sizes, options"),
+])
+def test_a_tune_space_file_with_an_unknown_knob_or_impossible_range_is_refused(
+        tmp_path, space, message):
+    path = tmp_path / "space.yaml"
+    path.write_text(space + "\n")
+    result = scaling_in_process(*TUNE, "--budget", "1m", "--space", path,
+                                "--out", tmp_path / "tune")
+    assert_one_line_error(result, message)
+
+
+def test_tune_names_the_valid_frameworks(tmp_path):
+    result = scaling_in_process(*TUNE, "--budget", "1m", "--framework", "torch,caffe",
+                                "--out", tmp_path / "tune")
+    assert_one_line_error(result, "unknown framework 'caffe'; valid: ")

@@ -169,6 +169,8 @@ def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, ima
     trial_cell = trial_factory(settings, max_batches(space, settings, out_dir, backend),
                                runner.cores(slurm))
     trial_cell(space.default(), 0, 1.0, timeout_s)
+    for pair, why in space.left_out.items():
+        progress.print(f"{pair} left out: {why}")
     progress.print(f"tuning {workload} on {devices} {resolved} device(s): {space.size()} "
                    f"configurations, budget {budget.seconds:.0f} s, output in {out_dir}")
     with tune_progress() as bar:

@@ -27,6 +27,8 @@ from scaling.uncertainty import repeats_and_window_interval
 FIRST_WINDOW_S = 2.0
 """The timed window of rung 0; each rung doubles it, up to :data:`LONGEST_WINDOW_S`."""
 LONGEST_WINDOW_S = 32.0
+RUNGS = 8
+"""The most rungs a search climbs, however much budget is left."""
 OPENING_SHARE = 0.4
 """The share of the search's time (the budget less the final phase) that rung 0 may spend
 opening candidates."""
@@ -201,7 +203,7 @@ class Tuner:
                 break
             self.trial(config, self.window_s, "search", 0)
         rung = 1
-        while len(self.alive()) > 1:
+        while len(self.alive()) > 1 and rung < RUNGS:
             window = min(self.window_s * 2, LONGEST_WINDOW_S)
             ran = False
             for found in sorted(self.alive(), key=Candidate.median, reverse=rung % 2 == 1):

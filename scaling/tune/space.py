@@ -26,7 +26,8 @@ import yaml
 
 from scaling.errors import ScalingError
 from scaling.frameworks import get_framework
-from scaling.launchers import LAUNCHERS, Number, check_options, launchers_of, valid_options
+from scaling.launchers import (LAUNCHERS, Number, check_options, default_python, launchers_of,
+                               valid_options)
 from scaling.sweep import SYMBOLIC_BATCH
 
 DEFAULT = "default"
@@ -80,6 +81,8 @@ class Space:
     batch_sizes: List[Any]
     options: Dict[str, List[Any]] = field(default_factory=dict)
     """Knob -> its values (``default`` among them: unset)."""
+    left_out: Dict[str, str] = field(default_factory=dict)
+    """Launcher -> why the default space leaves it out (not built here)."""
 
     def pairs(self) -> List[Tuple[str, str]]:
         return [(framework, launcher) for framework in self.frameworks
@@ -117,7 +120,8 @@ class Space:
 
     def describe(self) -> Dict[str, Any]:
         return {"frameworks": self.frameworks, "launchers": self.launchers,
-                "batch_sizes": self.batch_sizes, "options": self.options}
+                "batch_sizes": self.batch_sizes, "options": self.options,
+                "left_out": self.left_out}
 
 
 def option_values(name: str, allowed, device_type: str, gpu_only) -> Optional[List[Any]]:
@@ -141,15 +145,20 @@ def option_values(name: str, allowed, device_type: str, gpu_only) -> Optional[Li
 
 def default_space(frameworks: List[str], launchers: Optional[List[str]], devices: int,
                   device_type: str, batch_sizes: Optional[List] = None) -> Space:
-    """Every launcher of each framework that drives ``devices`` devices (or those of
-    ``launchers``), and the options they take, at their default values."""
-    per_framework = {}
+    """Every launcher of each framework that drives ``devices`` devices and is built here
+    (or those of ``launchers``), and the options they take, at their default values."""
+    per_framework, left_out = {}, {}
     for framework in frameworks:
         names = [name for name in launchers_of(framework)
                  if (launchers is None or name in launchers)
                  and (LAUNCHERS.get(name).max_devices or devices) >= devices]
-        if launchers is None and devices > 1:
-            names = [name for name in names if LAUNCHERS.get(name).max_devices is None]
+        if launchers is None:
+            for name in names:
+                why = LAUNCHERS.get(name).missing(framework, default_python(framework, name))
+                if why:
+                    left_out[f"{framework}/{name}"] = why
+            names = [name for name in names if f"{framework}/{name}" not in left_out
+                     and (devices == 1 or LAUNCHERS.get(name).max_devices is None)]
         if not names:
             raise ScalingError(f"no launcher given starts {framework} on {devices} devices; "
                                f"{framework} launchers: {', '.join(launchers_of(framework))}")
@@ -163,7 +172,7 @@ def default_space(frameworks: List[str], launchers: Optional[List[str]], devices
                 if values and name not in options:
                     options[name] = values
     return Space(frameworks, per_framework, batch_sizes or DEFAULT_BATCHES[device_type],
-                 options)
+                 options, left_out)
 
 
 SPACE_KEYS = ("frameworks", "launchers", "batch_sizes", "options")
@@ -203,7 +212,7 @@ def parse_space(data: Dict, base: Space, where: str, frameworks_given: bool = Fa
     batches = _batches(data, where) if "batch_sizes" in data else base.batch_sizes
     space = Space(frameworks, launchers, batches,
                   {key: values for key, values in base.options.items()
-                   if _applies(key, frameworks, launchers)})
+                   if _applies(key, frameworks, launchers)}, base.left_out)
     options = data.get("options") or {}
     if not isinstance(options, dict):
         raise ScalingError(f"{where}: options maps each knob to a list of values or "
