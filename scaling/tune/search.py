@@ -163,7 +163,9 @@ class Tuner:
         else:
             self.budget.replayed += record.get("wall_s") or 0.0
         found.records.append(record)
-        if record["status"] != "ok":
+        # A timeout at the end of the budget says nothing about the configuration.
+        cut = record["status"] == "timeout" and self.budget.left() <= 0
+        if record["status"] != "ok" and not cut:
             found.dropped = f"trial {record['status']}: {record.get('error') or ''}".strip()
         self.trials.append({"stage": stage, "rung": rung, "config": config, "record": record,
                             "elapsed_s": round(self.budget.elapsed(), 1)})

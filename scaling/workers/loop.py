@@ -345,7 +345,9 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
                collective: Optional[Callable[[Dict, Dict, int], object]] = None) -> None:
     """``python -m WORKER CELL_DIR``: build the framework's session and run the timed loop, or
     for a cell of purpose ``allreduce``, build its collective and time it at the cell's sizes
-    (``scaling.workers.collective``).
+    (``scaling.workers.collective``). A ``tune`` trial skips the scaling model's measurements
+    after the window (the gradients' allreduce, the contended compute): it is there for its
+    images/sec, and each second of it comes out of the tune's budget.
 
     ``build(cell, report, rank)`` returns the session, and ``collective(cell, report, rank)``
     the collective; either may add details to ``report``. ``cap_heap``: apply the cell's CPU
@@ -374,7 +376,8 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
         report.update(input_references(session, cell, faults))
         if cell.get("profile"):
             report.update(profiled_steps(session, cell_dir, rank))
-        report.update(gradient_allreduce(session, cell))
-        report.update(contended_compute(session, cell))
+        if cell["purpose"] != "tune":  # a tune's trial wants its images/sec, not the model's
+            report.update(gradient_allreduce(session, cell))
+            report.update(contended_compute(session, cell))
         common.stop_horovod_timeline()
         report.update(session.finish())
