@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 import yaml
 from conftest import read_records
+from slurmcluster import SlurmCluster, missing_binaries
 
 from scaling.execute.store import ResultStore
 from scaling.launchers import LAUNCHERS, default_python
@@ -50,6 +51,7 @@ def tuned(tmp_path_factory):
             "summary": json.loads((out / "tune.json").read_text())}
 
 
+@pytest.mark.slow
 def test_a_killed_tune_resumes_without_repeating_a_trial(tuned):
     assert tuned["resumed"].returncode == 0, tuned["resumed"].stderr
     records = read_records(tuned["out"])
@@ -61,6 +63,7 @@ def test_a_killed_tune_resumes_without_repeating_a_trial(tuned):
     assert all(record["purpose"] == "tune" for record in records)
 
 
+@pytest.mark.slow
 def test_a_trial_out_of_memory_is_recorded_and_the_search_goes_on(tuned):
     records = read_records(tuned["out"])
     [huge] = [index for index, record in enumerate(records)
@@ -71,6 +74,7 @@ def test_a_trial_out_of_memory_is_recorded_and_the_search_goes_on(tuned):
     assert config == f"torch/single batch {HUGE_BATCH}" and why.startswith("trial oom")
 
 
+@pytest.mark.slow
 def test_a_tiny_budget_tune_ends_within_it_and_answers(tuned):
     summary, out = tuned["summary"], tuned["out"]
     assert summary["elapsed_s"] <= 1.1 * BUDGET_S
@@ -87,6 +91,31 @@ def test_a_tiny_budget_tune_ends_within_it_and_answers(tuned):
     page = (out / "report.html").read_text()
     assert '<section id="tuning">' in page and "<svg" in page.split('id="tuning"')[1]
     assert f"torch/single batch {HUGE_BATCH}: trial oom" in page
+
+
+@pytest.mark.slow
+def test_under_slurm_each_trial_is_a_job_recorded_like_any_cell(tmp_path):
+    if missing_binaries():
+        pytest.skip(f"Slurm is not installed ({', '.join(missing_binaries())} missing)")
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"launchers": ["single"], "batch_sizes": [16],
+                                     "options": {"amp": [DEFAULT, True],
+                                                 "channels_last": [DEFAULT]}}))
+    out = tmp_path / "out"
+    with SlurmCluster(tmp_path / "cluster") as cluster:
+        ran = subprocess.run(
+            [sys.executable, "-m", "scaling", "tune", "--workload", "mnist_mlp", "--devices",
+             "1", "--device-type", "cpu", "--budget", "90s", "--space", str(space), "--out",
+             str(out), "--backend", "slurm"],
+            capture_output=True, text=True, env=cluster.env, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    records = read_records(out)
+    assert len(records) >= 2 and all(record["slurm"]["job_id"] for record in records)
+    assert len({record["slurm"]["job_id"] for record in records}) == len(records)
+    summary = json.loads((out / "tune.json").read_text())
+    assert [trial["cell"] for trial in summary["trials"]] == [r["cell"] for r in records]
+    assert summary["best"]["config"] in {"torch/single batch 16",
+                                         "torch/single batch 16 amp=true"}
 
 
 def figures(*values, half_width=1.0):
