@@ -189,7 +189,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
     return templates().get_template("report.html").render(
         title=f"Scaling report: {out_dir.resolve().name}",
         **page_header(), **marked_cells(sections, rows),
-        sections=sections, summary=summary_lines(rows),
+        sections=sections, summary=summary_lines(rows) if rows else [],
         overhead_title=OVERHEAD_TITLE, overhead_headers=OVERHEAD_HEADERS[1:],
         model_title=MODEL_TITLE, model_headers=MODEL_HEADERS[1:],
         input_title=INPUT_TITLE, input_headers=INPUT_HEADERS[1:],
