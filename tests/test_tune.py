@@ -18,7 +18,7 @@ from slurmcluster import SlurmCluster, missing_binaries
 from scaling.execute.store import ResultStore
 from scaling.launchers import LAUNCHERS, default_python
 from scaling.sweep import expand, load_sweep
-from scaling.tune.search import Candidate, ablated, below
+from scaling.tune.search import Budget, Candidate, Tuner, ablated, below
 from scaling.tune.space import DEFAULT, Config, default_space
 
 HUGE_BATCH = 1048576
@@ -94,6 +94,31 @@ def test_a_tiny_budget_tune_ends_within_it_and_answers(tuned):
 
 
 @pytest.mark.slow
+def test_a_batch_far_faster_than_the_default_wins_and_the_ablation_credits_it(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"launchers": ["single"], "batch_sizes": [1, 64],
+                                     "options": {"amp": [DEFAULT],
+                                                 "channels_last": [DEFAULT]}}))
+    out = tmp_path / "out"
+    ran = subprocess.run(
+        [sys.executable, "-m", "scaling", "tune", "--workload", "mnist_mlp", "--devices", "1",
+         "--device-type", "cpu", "--budget", "120s", "--space", str(space), "--out", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    summary = json.loads((out / "tune.json").read_text())
+    assert summary["elapsed_s"] <= 1.1 * 120
+    assert summary["best"]["config"] == "torch/single batch 64"
+    assert summary["default"]["config"] == "torch/single batch 1"
+    assert summary["verdict"].startswith("the best is ahead of the default by +")
+    [row] = summary["ablation"]
+    assert (row["knob"], row["best"], row["default"], row["matters"]) == (
+        "batch_size", 64, 1, True)
+    assert row["contribution_ci95"][0] > 0
+    assert "  batch_size=64 (default 1): +" in ran.stdout
+    assert yaml.safe_load((out / "best.yaml").read_text())["batch_sizes"] == [64]
+
+
+@pytest.mark.slow
 def test_under_slurm_each_trial_is_a_job_recorded_like_any_cell(tmp_path):
     if missing_binaries():
         pytest.skip(f"Slurm is not installed ({', '.join(missing_binaries())} missing)")
@@ -131,6 +156,17 @@ def test_a_candidate_leaves_the_race_only_on_two_figures_below_the_leader():
     assert not below(Candidate(config, figures(50.0)), leader)  # one figure is not enough
     assert below(Candidate(config, figures(50.0, 52.0)), leader)
     assert not below(Candidate(config, figures(90.0, 99.5)), leader)  # the intervals overlap
+
+
+def test_the_search_drops_what_lies_below_the_leader_and_keeps_what_overlaps_it():
+    tuner = Tuner(default_space(["torch"], ["single"], 1, "cpu", [16, 32, 64]), None, None, {},
+                  Budget(60))
+    for batch, values in ((16, (100.0, 101.0)), (32, (50.0, 52.0)), (64, (97.0, 100.0))):
+        tuner.candidate(Config("torch", "single", batch)).records = figures(*values)
+    tuner.candidate(Config("torch", "single", 8)).records = figures(10.0)
+    tuner.drop_separated()
+    assert {config.batch_size: found.dropped for config, found in tuner.candidates.items()} == {
+        16: "", 32: "below the leader: 51.0 img/s against 100.5 [99.4, 101.6]", 64: "", 8: ""}
 
 
 def test_the_ablation_puts_each_knob_of_the_best_back_at_its_default():

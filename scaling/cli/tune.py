@@ -198,7 +198,7 @@ def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, ima
                       on_trial=said)
         tuner.tune()
     summary = summarize(tuner, settings)
-    best = tuner.leader()
+    best = tuner.best
     sweep = best_sweep(summary, best, tuner.window_s) if best else None
     for path in write_results(out_dir, summary, sweep):
         console.print(f"wrote {path}")
@@ -222,6 +222,8 @@ def print_tune(summary: Dict) -> None:
         found = summary[name]
         console.print(f"{name.replace('_', '-')}: {found['config'] if found else '-'}: "
                       f"{_figure_text(found)}")
+    if summary["tied_with_best"]:
+        console.print(f"not separated from the best: {'; '.join(summary['tied_with_best'])}")
     for row in summary["ablation"]:
         if row["contribution"] is None:
             console.print(f"  {row['knob']}={row['best']} (default {row['default']}): not "

@@ -70,8 +70,7 @@ def verdict(best: Optional[Dict], default: Optional[Dict]) -> str:
 
 def summarize(tuner: Tuner, settings: Dict) -> Dict:
     """Everything ``tune.json`` holds."""
-    ranked = tuner.ranked()
-    best = ranked[0] if ranked else None
+    best = tuner.best
     default = figure(tuner.candidates.get(tuner.default))
     best_figure = figure(best)
     return {
@@ -89,10 +88,11 @@ def summarize(tuner: Tuner, settings: Dict) -> Dict:
         "dropped": {found.config.label(): found.dropped
                     for found in tuner.candidates.values() if found.dropped},
         "best": best_figure,
-        "runner_up": figure(ranked[1]) if len(ranked) > 1 else None,
+        "runner_up": figure(tuner.runner_up),
         "default": default,
-        "tied_with_best": [found.config.label() for found in ranked[1:]
-                           if best_figure and not _ahead(best_figure, figure(found))],
+        "tied_with_best": [found.config.label() for found in tuner.ranked()
+                           if best_figure and found is not best
+                           and not _ahead(best_figure, figure(found))],
         "ablation": ablation(tuner, best) if best else [],
         "verdict": verdict(best_figure, default),
     }

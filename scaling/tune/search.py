@@ -102,10 +102,13 @@ class Tuner:
         self.trials: List[Dict] = []
         """Each trial: its stage, rung, configuration and record."""
         self.leader_path: List[Dict] = []
-        self.refused: Dict[str, str] = {}
         self.default = space.default()
         self.window_s = FIRST_WINDOW_S
         """The timed window of the latest rung, which the final phase keeps."""
+        self.best: Optional[Candidate] = None
+        self.runner_up: Optional[Candidate] = None
+        """The leader and the second when the search ended: what the final phase measures
+        again (the ablation's configurations never take their place)."""
 
     def candidate(self, config: Config) -> Candidate:
         return self.candidates.setdefault(config, Candidate(config))
@@ -133,15 +136,16 @@ class Tuner:
     def final_configs(self) -> List[Config]:
         """What the final phase measures: the leader, the default, the runner-up, and the
         leader with each knob back at its default."""
-        leader = self.leader()
-        if leader is None:
+        ranked = self.ranked()
+        if not ranked:
             return []
-        configs = [leader.config, self.default, *[found.config for found in self.ranked()[1:2]],
-                   *(config for _, config in ablated(leader.config, self.default))]
+        configs = [ranked[0].config, self.default, *[found.config for found in ranked[1:2]],
+                   *(config for _, config in ablated(ranked[0].config, self.default))]
         return list(dict.fromkeys(configs))
 
-    def final_cost(self, window_s: float) -> float:
-        return sum(self.trial_cost(config, window_s) for config in self.final_configs())
+    def final_cost(self, window_s: float, configs: Optional[List[Config]] = None) -> float:
+        return sum(self.trial_cost(config, window_s)
+                   for config in (self.final_configs() if configs is None else configs))
 
     def affords(self, config: Config, window_s: float, reserve: float = 0.0) -> bool:
         return self.trial_cost(config, window_s) + reserve <= self.budget.left()
@@ -155,7 +159,7 @@ class Tuner:
             cell = self.trial_cell(config, len(found.records), window_s,
                                    max(self.budget.left() + slack, slack))
         except ScalingError as error:
-            found.dropped = self.refused[config.label()] = f"refused: {error}"
+            found.dropped = f"refused: {error}"
             return None
         record = self.recorded.get(cell.cell_id)
         if record is None:
@@ -222,9 +226,11 @@ class Tuner:
     def final(self) -> None:
         """Rounds of the final configurations, in alternating order, while a whole round fits
         (the first round: as much of it as fits, most important first)."""
+        ranked = self.ranked()
+        self.best, self.runner_up = (ranked + [None, None])[:2]
         configs, window = self.final_configs(), self.window_s
         for round_ in range(FINAL_ROUNDS):
-            if round_ and not self.budget.left() >= self.final_cost(window):
+            if round_ and self.budget.left() < self.final_cost(window, configs):
                 break
             for config in (configs if round_ % 2 == 0 else reversed(configs)):
                 if self.candidate(config).dropped.startswith("refused") or \
