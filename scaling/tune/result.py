@@ -39,7 +39,7 @@ def ablation(tuner: Tuner, best: Candidate) -> List[Dict]:
     for knob, config in ablated(best.config, tuner.default):
         measured = figure(tuner.candidates.get(config))
         row = {"knob": knob, "best": best.config.knobs().get(knob),
-               "default": config.knobs().get(knob, "default"), "config": config.label(),
+               "default": config.knobs().get(knob, "unset"), "config": config.label(),
                "images_per_sec": None, "ci95": None, "contribution": None,
                "contribution_ci95": None, "matters": False}
         if measured:
