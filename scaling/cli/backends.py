@@ -1,5 +1,6 @@
 """Where cells run: ``--backend local`` (here, one after another) or ``--backend slurm`` (job
-arrays, or one allocation for a whole sweep), each a plug-in of one registry that ``run``, ``sweep`` and ``maxbatch`` look up."""
+arrays, or one allocation for a whole sweep), each a plug-in of one registry that ``run``,
+``sweep`` and ``maxbatch`` look up."""
 
 from __future__ import annotations
 
@@ -111,8 +112,8 @@ class Local(Backend):
 @register_backend
 class Slurm(Backend):
     name = "slurm"
-    help = ("slurm: submit job arrays, one task per cell (or with --one-allocation one job for "
-            "the whole sweep), and return (see --wait, scaling status)")
+    help = ("slurm: submit job arrays, one task per cell, and return (see --wait, scaling "
+            "status)")
 
     def cores(self, slurm, section=None) -> Optional[int]:
         """The compute nodes' CPUs (the smallest node's), not the submitting host's."""
