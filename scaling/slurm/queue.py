@@ -238,7 +238,8 @@ def patiently(ask: Callable[[], T], poll_s: float,
         except InfrastructureError as error:
             if failing_since is None:
                 failing_since = time.monotonic()
-                log.warning("%s; asking again for up to %g s", error, patience_s)
+                log.warning("%s; asking again %s", error, "until it answers"
+                            if patience_s == float("inf") else f"for up to {patience_s:g} s")
             elif time.monotonic() - failing_since > patience_s:
                 raise
         time.sleep(poll_s)

@@ -32,7 +32,7 @@ from scaling.slurm import controller
 from scaling.slurm.preflight import NODES_DIR
 from scaling.slurm.queue import patiently, record_without_run
 from scaling.slurm.submit import steps_file
-from scaling.slurm.task import STARTED
+from scaling.slurm.task import STARTED, UNTIL_ANSWERED
 
 POLL_S = 3.0
 STEP_ATTEMPTS = 3
@@ -56,7 +56,7 @@ def started_step(argv: List[str], started) -> Optional[subprocess.CompletedProce
     """Run the step ``argv`` until Slurm starts it (``started()`` tells), each try once the
     controller answers; its completed process, or None when Slurm would not start it."""
     for _ in range(STEP_ATTEMPTS):
-        patiently(controller.ping, POLL_S, float("inf"))
+        patiently(controller.ping, POLL_S, UNTIL_ANSWERED)
         ran = subprocess.run(argv, stderr=subprocess.PIPE, text=True)
         sys.stderr.write(ran.stderr)
         if ran.returncode == 0 or started():

@@ -13,7 +13,7 @@ measure once). Node 0 makes the record, adds the job's provenance (each node's f
 does nothing. Node 0 also looks for other jobs on the step's nodes before and after the cell
 (none, unless it was submitted ``--shared``): any marks the record noisy, beside what the CPU
 watch saw. Asking the controller, for the nodes' addresses or the other jobs, waits out an
-outage rather than lose the cell.
+outage, however long, rather than lose the cell.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ STARTED = "step-started"
 """Written in the cell's folder when a step of a whole-sweep allocation starts its cell, so the
 allocation tells a step that ran from one that Slurm never started."""
 PATIENCE_POLL_S = 3.0
+UNTIL_ANSWERED = float("inf")
+"""A cell waits out any outage of the controller, within its job's time limit: its record is
+worth more than the wait."""
 
 _ADDR = re.compile(r"\bNodeName=(\S+).*?\bNodeAddr=(\S+)")
 
@@ -65,7 +68,8 @@ def step_nodelist(env=os.environ) -> str:
 
 
 def slurm_placement(cell: Cell, index: int, env=os.environ) -> Placement:
-    hosts = patiently(lambda: node_addresses(step_nodelist(env)), PATIENCE_POLL_S)
+    hosts = patiently(lambda: node_addresses(step_nodelist(env)), PATIENCE_POLL_S,
+                      UNTIL_ANSWERED)
     job_id = env.get("SLURM_ARRAY_JOB_ID", env["SLURM_JOB_ID"])
     return Placement(len(hosts), tuple(hosts), get_launcher(cell.launcher).ranks_per_node(cell),
                      int(env.get("SLURM_NODEID", "0")), hosts[0],
@@ -83,7 +87,8 @@ def other_jobs(env=os.environ) -> List[str]:
     controller does not answer)."""
     own = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
            if "SLURM_ARRAY_JOB_ID" in env else env["SLURM_JOB_ID"])
-    running = patiently(lambda: controller.running_jobs(step_nodelist(env)), PATIENCE_POLL_S)
+    running = patiently(lambda: controller.running_jobs(step_nodelist(env)), PATIENCE_POLL_S,
+                        UNTIL_ANSWERED)
     return [job for job in running if job != own]
 
 
