@@ -1,6 +1,6 @@
 """One allocation per sweep (``--one-allocation``) on a real two-node Slurm cluster on this
 machine: one job for the whole sweep, a curve's cells on the same nodes, cancel then resume,
-and a controller outage while a cell runs."""
+a controller outage while a cell runs, a requeue, and a preflight inside the allocation."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import read_records, scaling_in_process, write_sweep
+from conftest import processes_mentioning, read_records, scaling_in_process, write_sweep
 from slurmcluster import wait_until
 from test_slurm import by_cell, scaling, scaling_ok, start_cluster, task_states
 
+from scaling.execute.preflight import PREFLIGHT_FILE
 from scaling.slurm.allocation import allocation_time
 from scaling.slurm.queue import VANISH_GRACE_ENV
 from scaling.slurm.submit import read_ledger, steps_started
@@ -160,3 +161,47 @@ def test_the_allocation_asks_for_each_cells_time():
     assert allocation_time("90", 2) == "0-03:00:00"
     assert allocation_time("1-12", 3) == "4-12:00:00"
     assert allocation_time("INFINITE", 3) == "INFINITE"
+
+
+@pytest.mark.slow
+def test_a_requeued_allocation_goes_on_and_records_each_cell_once(cluster, tmp_path):
+    """Requeued while its first cell runs (a 10 s window): the allocation starts again once the
+    first run's processes are gone, runs that cell again and the next, and records each
+    once."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4], min_time_s=10)
+    out = tmp_path / "out"
+    scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE)
+    wait_until(lambda: list(out.glob("cells/*/launcher.log")), "first cell started")
+    job = only_allocation(out)
+    task = f"{job['job_id']}_0"
+    subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
+    wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued allocation pending")
+    wait_until(lambda: not processes_mentioning(out), "the first run's processes gone")
+    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now+3"], check=True,
+                   env=cluster.env)
+    scaling_ok(cluster, "status", out, "--wait")
+    cells = by_cell(read_records(out))
+    assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
+    for [record] in cells.values():
+        assert record["status"] == "ok" and record["slurm"]["restart_count"] == 1
+    [name] = read_ledger(out)
+    started = steps_started(out, name)
+    assert started[0] == started[1] and started[1:] == list(cells)
+
+
+@pytest.mark.slow
+def test_a_preflight_inside_the_allocation_keeps_the_cells_off_a_slowed_node(cluster,
+                                                                             tmp_path):
+    """n2 under a fifth of a core: the preflight, the allocation's first step, flags it; the
+    one-node cells run on n1 and the two-node cell, with no second good node, is left unrun
+    for --resume."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2], steps=2, warmup=1)
+    out = tmp_path / "out"
+    with cluster.slowed("n2", 0.2):
+        scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE, "--preflight", "--wait",
+                   exit_code=1)
+    assert json.loads((out / PREFLIGHT_FILE).read_text())["flagged"] == ["n2"]
+    [record] = read_records(out)
+    assert (record["nodes"], record["status"]) == (1, "ok")
+    assert record["slurm"]["node_list"] == "n1"
+    assert "1 not_run" in scaling_ok(cluster, "status", out).stdout
