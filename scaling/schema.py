@@ -260,10 +260,13 @@ RECORD_FIELDS: Dict[str, str] = {
                    "topology, CPU, container and collective environment, in "
                    "OUT/fingerprints/HASH.json (scaling.execute.fingerprint); null where no "
                    "node started the cell",
-    "slurm": "under --backend slurm: job_id, array_task_id, node_list, nodes (each node's "
-             "host, CPU and GPUs), restart_count, exclusive (whole nodes asked for; false "
-             "under --shared) and other_jobs (other Slurm jobs seen running on its nodes, "
-             "which also mark it noisy)",
+    "slurm": "under --backend slurm: job_id, array_task_id, allocation (array: the cell's own "
+             "array task; one: a step of the sweep's one allocation), step_id (the srun step "
+             "that ran it), node_list (the nodes the cell ran on), job_node_list (the job's "
+             "nodes: the whole allocation's under allocation one), nodes (each node's Slurm "
+             "name, host, CPU and GPUs), restart_count, exclusive (whole nodes asked for; "
+             "false under --shared) and other_jobs (other Slurm jobs seen running on its "
+             "nodes, which also mark it noisy)",
     "wall_s": "seconds from launch to the end of the process tree",
     "log": "the launcher's log",
     "process_token": "token every process of the cell carried",

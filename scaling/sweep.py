@@ -78,6 +78,13 @@ class SlurmSection:
     (sbatch --exclusive), so nothing else runs beside what it measures."""
     exclude: List[str] = field(default_factory=list)
     """Nodes the cells keep off (sbatch --exclude); ``--preflight`` adds those it flags."""
+    allocation: str = "array"
+    """``array``: one job array per group of cells, one task per cell; ``one``: one job that
+    holds the sweep's largest node count and runs every cell inside it as an ``srun`` step
+    (``scaling.slurm.allocation``)."""
+
+
+ALLOCATIONS = ("array", "one")
 
 
 SYMBOLIC_BATCH = re.compile(r"max(?:\*(0?\.[0-9]+|1(?:\.0*)?))?")
@@ -240,6 +247,9 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
                 data["slurm"].get("extra_args", []), "slurm.extra_args", where)],
             "exclude": [str(node) for node in _as_list(
                 data["slurm"].get("exclude", []), "slurm.exclude", where)]})
+        if values["slurm"].allocation not in ALLOCATIONS:
+            raise ScalingError(f"{where}: slurm.allocation must be one of "
+                               f"{', '.join(ALLOCATIONS)}, got {values['slurm'].allocation!r}")
     if "prices" in data:
         values["prices"] = check_prices(data["prices"], where)
     config = SweepConfig(**values)

@@ -50,7 +50,8 @@ def cli():
 
 
 for command in (run.devices, run.run, sweep.sweep, sweep.report_command, maxbatch.maxbatch,
-                slurm.status, slurm.cancel, slurm.slurm_task, analysis.matmul,
+                slurm.status, slurm.cancel, slurm.slurm_task, slurm.slurm_allocation,
+                analysis.matmul,
                 analysis.compare_command, allreduce.allreduce, predict.predict,
                 data.make_data_command, preflight.preflight, runs.export_command, tune.tune):
     cli.add_command(command)

@@ -1,5 +1,6 @@
 """Where cells run: ``--backend local`` (here, one after another) or ``--backend slurm`` (job
-arrays), each a plug-in of one registry that ``run``, ``sweep`` and ``maxbatch`` look up."""
+arrays, or one allocation for a whole sweep), each a plug-in of one registry that ``run``,
+``sweep`` and ``maxbatch`` look up."""
 
 from __future__ import annotations
 
@@ -137,9 +138,16 @@ class Slurm(Backend):
         if spec.needs_max_batch():
             raise ScalingError("batch_sizes: max searches on this machine: run that sweep with "
                                "--backend local, or give numeric batch sizes")
+        slurm = dict(slurm)
+        preflight = slurm.pop("preflight_check", None)
         cells = expand(spec, cores=self.cores(slurm, spec.slurm))
-        backend.submit(cells, out_dir, backend.with_overrides(spec.slurm, **slurm), spec.name,
-                       interpreters(spec), watch, console)
+        section = backend.with_overrides(spec.slurm, **slurm)
+        if section.allocation == "one":
+            backend.submit_one_allocation(cells, out_dir, section, spec.name, interpreters(spec),
+                                          watch, console, preflight)
+        else:
+            backend.submit(cells, out_dir, section, spec.name, interpreters(spec), watch,
+                           console)
         if wait:
             backend.wait(out_dir, [cell.cell_id for cell in cells], console)
         return cells

@@ -57,9 +57,11 @@ def print_record(record: Dict) -> None:
 
 
 def print_counts(cell_ids: List[str], out_dir) -> Counter:
-    """``N cells: 3 ok, 1 oom``; returns the counts by status."""
+    """``N cells: 3 ok, 1 oom``, and those not recorded (a whole-sweep allocation ended before
+    them); returns the counts by status."""
     recorded = ResultStore(out_dir).done()
-    counts = Counter(recorded[cell_id]["status"] for cell_id in cell_ids if cell_id in recorded)
+    counts = Counter(recorded[cell_id]["status"] if cell_id in recorded else "not recorded"
+                     for cell_id in cell_ids)
     console.print(f"{len(cell_ids)} cells: " + ", ".join(
         f"{count} {status}" for status, count in counts.most_common()))
     return counts

@@ -54,7 +54,9 @@ def preflight_first(spec, out_dir, backend: str, slurm: dict) -> dict:
     """A sweep's ``--preflight``: the partition's nodes checked in one job, at the sweep's
     largest device count per node (every GPU, or 2 CPU workers, for ``devices: all``), the
     verdict printed and kept in the sweep's folder; the Slurm flags with the flagged nodes
-    excluded. Exits 1 when fewer good nodes are left than the sweep's cells need."""
+    excluded. Exits 1 when fewer good nodes are left than the sweep's cells need. In one
+    allocation (``allocation: one``) the check is the allocation's first step instead: the
+    flags carry it as ``preflight_check``."""
     if backend != "slurm":
         raise ScalingError("--preflight compares the nodes of a cluster: add --backend slurm "
                            "(check this node alone with scaling preflight --baseline FILE)")
@@ -63,14 +65,16 @@ def preflight_first(spec, out_dir, backend: str, slurm: dict) -> dict:
     from scaling.slurm.preflight import submit_preflight
 
     section = slurm_backend.with_overrides(spec.slurm, **slurm)
-    names = [name for name in controller.node_names(section.partition)
-             if name not in section.exclude]
     [device_type] = spec.device_types()[:1]
     devices, threads = node_shape(
         device_type, max(spec.devices) if isinstance(spec.devices, list) else None, None,
         BACKENDS.get(backend).cores(slurm, spec.slurm))
     check_spec = {"device_type": device_type, "devices": devices, "threads": threads,
                   "repeats": check.REPEATS, "threshold": 10.0, "baseline": None}
+    if section.allocation == "one":
+        return {**slurm, "preflight_check": check_spec}
+    names = [name for name in controller.node_names(section.partition)
+             if name not in section.exclude]
     prepare_out_dir(out_dir)
     verdict = submit_preflight(check_spec, out_dir, section, len(names), ",".join(names), True,
                                console)

@@ -1,4 +1,5 @@
-"""``scaling status``, ``scaling cancel`` and the batch scripts' ``scaling slurm-task``."""
+"""``scaling status``, ``scaling cancel`` and the batch scripts' ``scaling slurm-task`` and
+``scaling slurm-allocation``."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def print_state_counts(states: Dict[str, Dict]) -> Dict[str, int]:
 @click.argument("out_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--wait", is_flag=True, help="Block, with a progress bar, until every cell ended.")
 def status(out_dir, wait):
-    """Where the cells that OUT_DIR submitted to Slurm stand: pending, running, missing, or
+    """Where the cells that OUT_DIR submitted to Slurm stand: pending, running, missing,
+    not_run (a whole-sweep allocation ended before running it; `sweep --resume` runs it), or
     their final status. One squeue and one scontrol call per poll; a cell whose job ended
     without a record (timeout, cancelled, node failure, out of memory) is recorded here with the
     reason, and one that vanished from the controller once two polls, a grace period apart,
@@ -60,8 +62,10 @@ def status(out_dir, wait):
 def cancel(out_dir):
     """Cancel the Slurm jobs of OUT_DIR and record their unfinished cells as cancelled.
 
-    A later `sweep --resume` skips them, as it skips every recorded cell. Exits 0; 3 when
-    Slurm could not be asked."""
+    A later `sweep --resume` skips them, as it skips every recorded cell. A whole-sweep
+    allocation (--one-allocation) is different: its finished cells stay recorded and the rest
+    are left not_run, unrecorded, so that `sweep --resume` runs them. Exits 0; 3 when Slurm
+    could not be asked."""
     from scaling.slurm import backend as slurm_backend
     from scaling.slurm import queue as slurm_queue
 
@@ -81,3 +85,14 @@ def slurm_task(out_dir, group_file, index):
     record = run_task(out_dir, group_file, index)
     console.print(f"{record['cell']}: {record.get('status')}")
     sys.exit(record.get("exit_code", 0))
+
+
+@click.command(name="slurm-allocation", hidden=True)
+@click.argument("out_dir")
+@click.argument("group_file")
+def slurm_allocation(out_dir, group_file):
+    """Run every unrecorded cell of GROUP_FILE, one srun step each, inside this whole-sweep
+    allocation (its batch script calls it)."""
+    from scaling.slurm.steps import run_allocation
+
+    sys.exit(run_allocation(out_dir, group_file))

@@ -67,22 +67,34 @@ def print_summary(rows, page) -> None:
 @watch_options
 @click.option("--preflight", is_flag=True,
               help="With --backend slurm: first check the partition's nodes (scaling "
-                   "preflight) and keep the cells off those it flags.")
+                   "preflight) and keep the cells off those it flags; with --one-allocation, "
+                   "check the allocation's nodes inside it and run the cells on those it does "
+                   "not flag.")
 @backend_option
+@click.option("--one-allocation", is_flag=True,
+              help="With --backend slurm: submit one job that holds the sweep's largest node "
+                   "count and run every cell inside it as an srun step, a curve's cells on the "
+                   "same nodes (as slurm: {allocation: one}; default: one job array per group "
+                   "of cells).")
 @slurm_options
 @click.pass_context
 def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_for_quiet_s,
-          no_telemetry, preflight, backend, wait, **slurm_flags):
+          no_telemetry, preflight, backend, one_allocation, wait, **slurm_flags):
     """Run every cell of the sweep file CONFIG, then print the scaling report (and with --plot
     or --html write its figures, as `scaling report` does).
 
     With --backend slurm, submit the cells as job arrays (one per group of cells that need the
     same resources) and return, or with --wait block until they end; --resume skips cells that
-    are recorded or still queued.
+    are recorded or still queued. With --one-allocation, submit one job instead, which runs the
+    cells one after another on the first nodes of its allocation: no queue wait between cells,
+    and a curve's cells on the same nodes.
 
     Ends with a count of cells by status, and exits 0 when every cell is ok (or, with --backend
     slurm and no --wait, once every cell is submitted), 1 when a cell ended otherwise (oom,
     crashed, timeout, ...), 3 when a cell's environment is missing (env_error)."""
+    if one_allocation and backend != "slurm":
+        raise ScalingError("--one-allocation runs the sweep inside one Slurm job: add "
+                           "--backend slurm")
     spec = load_sweep(config)
     if allow_oversubscribe:
         spec.allow_oversubscribe = True
@@ -94,6 +106,7 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
     keep_sweep_file(out_dir, config)
     local = backend == "local"
     slurm = pop_slurm_flags(slurm_flags)
+    slurm["allocation"] = "one" if one_allocation else None
     if preflight:
         slurm = preflight_first(spec, out_dir, backend, slurm)
     cells = BACKENDS.get(backend).sweep(spec, out_dir,

@@ -13,8 +13,9 @@ from scaling.errors import ScalingError
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.runner import progress_bar
 from scaling.execute.store import ResultStore
-from scaling.slurm.queue import (IN_FLIGHT, OUTAGE_PATIENCE_S, UNFINISHED, finished, patiently,
-                                 poll)
+from scaling.slurm.allocation import submit_allocation
+from scaling.slurm.queue import (IN_FLIGHT, NOT_RUN, OUTAGE_PATIENCE_S, UNFINISHED, finished,
+                                 patiently, poll)
 from scaling.slurm.submit import require_slurm, submit_cells
 from scaling.sweep import SlurmSection
 
@@ -49,6 +50,19 @@ def submit(cells: List[Cell], out_dir, section: SlurmSection, label: str,
                   (f": {', '.join(job['job_id'] for job in jobs)}" if jobs else ""))
 
 
+def submit_one_allocation(cells: List[Cell], out_dir, section: SlurmSection, label: str,
+                          pythons: Dict[str, str], watch: WatchSettings, console: Console,
+                          preflight: Optional[Dict] = None) -> None:
+    """The cells to run (:func:`to_submit`) as one allocation, checked first by ``preflight``
+    where given."""
+    todo = to_submit(cells, out_dir)
+    job = submit_allocation(todo, out_dir, section, label, pythons, watch, preflight) \
+        if todo else None
+    console.print(f"{label}: {len(cells)} cells, {len(cells) - len(todo)} recorded or queued, "
+                  f"{len(todo)} submitted" + (f" in one allocation of {job['nodes']} node(s): "
+                                              f"{job['job_id']}" if job else ""))
+
+
 def wait(out_dir, cell_ids: List[str], console: Console, poll_s: float = POLL_S,
          patience_s: float = OUTAGE_PATIENCE_S) -> Dict:
     """Poll until every one of ``cell_ids`` has a final status; a progress bar meanwhile. A
@@ -67,5 +81,9 @@ def wait(out_dir, cell_ids: List[str], console: Console, poll_s: float = POLL_S,
             progress.update(task, completed=finished(states),
                             description=f"slurm: {running} running")
             if all(s["state"] not in UNFINISHED for s in states.values()):
+                left = sum(s["state"] == NOT_RUN for s in states.values())
+                if left:
+                    console.print(f"{left} cells were not run: their allocation ended first; "
+                                  "run the sweep again with --resume")
                 return states
             time.sleep(poll_s)

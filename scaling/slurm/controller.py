@@ -123,6 +123,11 @@ def task_indices(text: str) -> List[int]:
     return indices
 
 
+def ping() -> None:
+    """Nothing when the controller answers; :class:`InfrastructureError` when it does not."""
+    call(["scontrol", "ping"])
+
+
 def node_cpus(partition: Optional[str] = None) -> int:
     """The CPUs of the smallest compute node (of ``partition``, else of every partition): what
     a cell's node has, whichever node Slurm picks."""

@@ -10,6 +10,14 @@ finished jobs for ``MinJobAge``). Such a cell gets its record here:
   back as pending and runs again);
 - any other end without a record -> ``crashed``, saying so.
 
+The cells of a whole-sweep allocation (``slurm.allocation: one``) share its one task: they
+are pending while it is, and while it runs the cell of its latest step is running and the rest
+pending. Once it ended, a cell without a record is ``not_run``, left for ``--resume``: the
+allocation was cancelled, requeued, timed out or vanished before it reached the cell, or it
+ended while the cell ran (that cell alone gets the record Slurm's state gives, as an array
+task's would, unless the allocation was cancelled, timed out or preempted, which says nothing
+of the cell).
+
 A task that neither ``squeue`` nor ``scontrol`` shows is ``missing`` until a later poll, at
 least the vanish grace later, still does not show it; then ``sacct`` is asked (where the cluster
 keeps accounting) and only a task that it does not know either is recorded ``crashed``, as
@@ -32,7 +40,7 @@ from scaling.errors import InfrastructureError, ScalingError
 from scaling.execute.run import make_record
 from scaling.execute.store import ResultStore, locked
 from scaling.slurm import controller
-from scaling.slurm.submit import SLURM_DIR, read_ledger
+from scaling.slurm.submit import SLURM_DIR, read_ledger, steps_started
 from scaling.workers.common import write_json_atomically
 
 ACTIVE = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending",
@@ -44,6 +52,11 @@ FINAL = {"TIMEOUT": "timeout", "CANCELLED": "cancelled", "NODE_FAIL": "node_fail
 UNFINISHED = ("pending", "running", "missing", "unsubmitted")
 IN_FLIGHT = ("pending", "running", "missing")
 """States of a cell that is submitted and not to be submitted again."""
+NOT_RUN = "not_run"
+"""A cell of a whole-sweep allocation that ended before running it: no record, and ``--resume``
+submits it again."""
+CUT_SHORT = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE")
+"""Ends of a whole-sweep allocation that say nothing of the cell it was running."""
 
 VANISH_GRACE_S = 120.0
 """How long a task must stay unseen, between two polls, before it counts as vanished."""
@@ -120,16 +133,34 @@ class Poll:
             job_id = job["job_id"] or self.names.get(name)
             group = json.loads(Path(job["group_file"]).read_text()).get("cells", [])
             for index, (cell_id, fields) in enumerate(zip(job["cells"], group)):
+                one = job.get("allocation") == "one"
                 if cell_id in self.recorded:
                     state = self.recorded[cell_id]["status"]
                 elif job_id is None:
                     state = "unsubmitted"
+                elif one:
+                    state = self.allocation_state(name, job_id, cell_id)
                 else:
                     state = self.task_state(job_id, index)
                 self.cells[cell_id] = fields
                 states[cell_id] = {"state": state, "what": describe(fields),
-                                   "job": f"{job_id}_{index}" if job_id else None}
+                                   "job": f"{job_id}_{0 if one else index}" if job_id else None,
+                                   "allocation": job.get("allocation", "array")}
         return states
+
+    def allocation_state(self, name: str, job_id: str, cell_id: str) -> str:
+        """The state of an unrecorded cell of the whole-sweep allocation ``name``."""
+        state = self.task_state(job_id, 0)
+        started = steps_started(self.out_dir, name)
+        latest = started[-1] if started else None
+        if state == "running":
+            return "running" if latest == cell_id else "pending"
+        if state != "ended":
+            return state
+        said = self.ended[f"{job_id}_0"]
+        if said is None or said["JobState"] in CUT_SHORT or latest != cell_id:
+            return NOT_RUN
+        return "ended"
 
     def task_state(self, job_id: str, index: int) -> str:
         """``pending``, ``running``, ``missing`` or ``ended`` (noted in :attr:`ended`)."""
@@ -168,6 +199,7 @@ def poll(out_dir, grace_s: Optional[float] = None) -> Dict[str, Dict]:
             if state["state"] == "ended":
                 record = _record(out_dir, now.cells[cell_id], state["job"],
                                  now.ended[state["job"]])
+                record["slurm"]["allocation"] = state["allocation"]
                 now.store.append_once(record)
                 state["state"] = now.store.done()[record["cell"]]["status"]
         if now.missing != now.seen_missing:
@@ -178,13 +210,20 @@ def poll(out_dir, grace_s: Optional[float] = None) -> Dict[str, Dict]:
 def _record(out_dir, fields: Dict, where: str, said: Optional[Dict]) -> Dict:
     """The record of a cell whose array task ``where`` ended without one; ``said``: what Slurm
     says of the task, None when it vanished."""
+    cell_dir = Path(out_dir) / "cells" / Cell(**fields).cell_id
+    job_id, _, index = where.partition("_")
+    return record_without_run(out_dir, fields, final_outcome(said, where, cell_dir),
+                              {"job_id": job_id, "array_task_id": int(index)})
+
+
+def record_without_run(out_dir, fields: Dict, outcome: Dict, slurm: Dict) -> Dict:
+    """The record of a cell that ended without making one: ``outcome`` (status and error) and
+    the ``slurm`` provenance known of it."""
     cell = Cell(**fields)
     cell_dir = Path(out_dir) / "cells" / cell.cell_id
     cell_dir.mkdir(parents=True, exist_ok=True)
-    record = make_record(cell, cell_dir, final_outcome(said, where, cell_dir), [], None, 0.0,
-                         None)
-    job_id, _, index = where.partition("_")
-    record["slurm"] = {"job_id": job_id, "array_task_id": int(index)}
+    record = make_record(cell, cell_dir, outcome, [], None, 0.0, None)
+    record["slurm"] = slurm
     return record
 
 
@@ -199,7 +238,8 @@ def patiently(ask: Callable[[], T], poll_s: float,
         except InfrastructureError as error:
             if failing_since is None:
                 failing_since = time.monotonic()
-                log.warning("%s; asking again for up to %g s", error, patience_s)
+                log.warning("%s; asking again %s", error, "until it answers"
+                            if patience_s == float("inf") else f"for up to {patience_s:g} s")
             elif time.monotonic() - failing_since > patience_s:
                 raise
         time.sleep(poll_s)

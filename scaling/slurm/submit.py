@@ -131,6 +131,26 @@ def note(out_dir, entry: Dict) -> None:
     locked_append(Path(out_dir) / SLURM_DIR / LEDGER, entry)
 
 
+def steps_file(out_dir, name: str) -> Path:
+    """Where the whole-sweep allocation ``name`` notes each step as it starts one."""
+    return Path(out_dir) / SLURM_DIR / f"{name}.steps.jsonl"
+
+
+def steps_started(out_dir, name: str) -> List[str]:
+    """The cells whose steps the allocation ``name`` started, in order (a requeued allocation
+    adds its own)."""
+    path = steps_file(out_dir, name)
+    if not path.exists():
+        return []
+    cells = []
+    for line in path.read_text().splitlines():
+        try:
+            cells.append(json.loads(line)["cell"])
+        except (ValueError, KeyError):
+            continue
+    return cells
+
+
 def submit_cells(cells: Sequence[Cell], out_dir, section: SlurmSection, label: str,
                  pythons: Optional[Dict[str, str]] = None,
                  watch: WatchSettings = WatchSettings(),
@@ -169,10 +189,11 @@ def submit_command(argv: List[str], out_dir, section: SlurmSection, label: str,
 
 def submit_array(out_dir, label: str, group: Dict, noted: Dict, section: SlurmSection, *,
                  tasks: int, nodes: int, gpus_per_node: Optional[int],
-                 cpus_per_task: int, nodelist: Optional[str] = None) -> Dict:
-    """Write ``group`` (what the array tasks run) and its batch script to ``OUT/slurm/``, note
-    the submission (with ``noted``) in the ledger, ``sbatch`` it and note its job id; returns
-    the ledger entry."""
+                 cpus_per_task: int, nodelist: Optional[str] = None,
+                 template: Path = TEMPLATE) -> Dict:
+    """Write ``group`` (what the array tasks run) and its batch script (from ``template``) to
+    ``OUT/slurm/``, note the submission (with ``noted``) in the ledger, ``sbatch`` it and note
+    its job id; returns the ledger entry."""
     require_slurm()
     out_dir = Path(out_dir).resolve()
     slurm_dir = out_dir / SLURM_DIR
@@ -182,7 +203,7 @@ def submit_array(out_dir, label: str, group: Dict, noted: Dict, section: SlurmSe
     group_file.write_text(json.dumps(group, indent=1))
     script = slurm_dir / f"{name}.sbatch"
     script.write_text(render_script(
-        TEMPLATE.read_text(), workdir=str(PROJECT_ROOT), pythonpath=str(PROJECT_ROOT),
+        template.read_text(), workdir=str(PROJECT_ROOT), pythonpath=str(PROJECT_ROOT),
         python=sys.executable, nodes=nodes, out_dir=str(out_dir), group_file=str(group_file)))
     entry = {"name": name, "group_file": str(group_file), **noted,
              "noted_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}

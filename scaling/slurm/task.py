@@ -1,17 +1,19 @@
-"""One array task: its cell, on every node of the allocation, through the same core as a local
-run (the same launchers, workers and record).
+"""One cell on every node of its ``srun`` step, through the same core as a local run (the same
+launchers, workers and record): an array task's cell, or one step of a whole sweep's allocation
+(``scaling.slurm.steps``).
 
 ``srun`` starts this once per node. Each node builds the placement from Slurm's environment:
-the nodes' addresses (``NodeAddr``) in node order, this node's rank (``SLURM_NODEID``) and a
-rendezvous on the first node, on a port fixed by the job and task ids, so every node computes
-the same one and no random choice is involved. Before its ranks start, each node measures its
-own CPU matmul ceiling where the folder has none for the cell's key
-(``scaling.execute.ceiling``, under a per-host lock: concurrent tasks on one node measure
-once). Node 0 makes the record, adds the job's provenance (each node's facts, written to
+the step's nodes' addresses (``NodeAddr``) in node order, this node's rank in the step
+(``SLURM_NODEID``) and a rendezvous on the step's first node, on a port fixed by the job id and
+the cell's index, so every node computes the same one and no random choice is involved. Before
+its ranks start, each node measures its own CPU matmul ceiling where the folder has none for
+the cell's key (``scaling.execute.ceiling``, under a per-host lock: concurrent tasks on one node
+measure once). Node 0 makes the record, adds the job's provenance (each node's facts, written to
 ``cells/CELL/nodeN.json``) and appends it once: a requeued task whose cell is already recorded
-does nothing. Node 0 also looks for other jobs on the task's nodes before and after the cell
+does nothing. Node 0 also looks for other jobs on the step's nodes before and after the cell
 (none, unless it was submitted ``--shared``): any marks the record noisy, beside what the CPU
-watch saw.
+watch saw. Asking the controller, for the nodes' addresses or the other jobs, waits out an
+outage, however long, rather than lose the cell.
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ from scaling.execute.store import ResultStore
 from scaling.launchers import get_launcher
 from scaling.placement import Placement
 from scaling.slurm import controller
+from scaling.slurm.queue import patiently
 from scaling.workers.common import write_json_atomically
+
+STARTED = "step-started"
+"""Written in the cell's folder when a step of a whole-sweep allocation starts its cell, so the
+allocation tells a step that ran from one that Slurm never started."""
+PATIENCE_POLL_S = 3.0
+UNTIL_ANSWERED = float("inf")
+"""A cell waits out any outage of the controller, within its job's time limit: its record is
+worth more than the wait."""
 
 _ADDR = re.compile(r"\bNodeName=(\S+).*?\bNodeAddr=(\S+)")
 
@@ -50,12 +61,19 @@ def rendezvous_port(job_id: str, task_id: str) -> int:
     return 20000 + (int(job_id) * 131 + int(task_id) * 17) % 30000
 
 
-def slurm_placement(cell: Cell, env=os.environ) -> Placement:
-    hosts = node_addresses(env["SLURM_JOB_NODELIST"])
+def step_nodelist(env=os.environ) -> str:
+    """The nodes of this ``srun`` step: all of the job's for an array task, a subset for a step
+    of a whole-sweep allocation."""
+    return env.get("SLURM_STEP_NODELIST", env["SLURM_JOB_NODELIST"])
+
+
+def slurm_placement(cell: Cell, index: int, env=os.environ) -> Placement:
+    hosts = patiently(lambda: node_addresses(step_nodelist(env)), PATIENCE_POLL_S,
+                      UNTIL_ANSWERED)
     job_id = env.get("SLURM_ARRAY_JOB_ID", env["SLURM_JOB_ID"])
     return Placement(len(hosts), tuple(hosts), get_launcher(cell.launcher).ranks_per_node(cell),
                      int(env.get("SLURM_NODEID", "0")), hosts[0],
-                     rendezvous_port(job_id, env.get("SLURM_ARRAY_TASK_ID", "0")))
+                     rendezvous_port(job_id, str(index)))
 
 
 def node_facts(env=os.environ) -> Dict:
@@ -65,10 +83,13 @@ def node_facts(env=os.environ) -> Dict:
 
 
 def other_jobs(env=os.environ) -> List[str]:
-    """The jobs other than this array task running on its nodes."""
+    """The jobs other than this array task running on its step's nodes (asked again while the
+    controller does not answer)."""
     own = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
            if "SLURM_ARRAY_JOB_ID" in env else env["SLURM_JOB_ID"])
-    return [job for job in controller.running_jobs(env["SLURM_JOB_NODELIST"]) if job != own]
+    running = patiently(lambda: controller.running_jobs(step_nodelist(env)), PATIENCE_POLL_S,
+                        UNTIL_ANSWERED)
+    return [job for job in running if job != own]
 
 
 def flag_other_jobs(record: Dict, others: List[str]) -> None:
@@ -100,9 +121,12 @@ def run_task(out_dir: str, group_file: str, index: int, env=os.environ) -> Dict:
     recorded = store.done().get(cell.cell_id)
     if recorded is not None:
         return recorded
-    placement = slurm_placement(cell, env)
-    before = other_jobs(env) if placement.node_rank == 0 else []
+    placement = slurm_placement(cell, index, env)
     cell_dir = Path(out_dir) / "cells" / cell.cell_id
+    if placement.node_rank == 0 and group.get("allocation") == "one":
+        cell_dir.mkdir(parents=True, exist_ok=True)
+        (cell_dir / STARTED).touch()
+    before = other_jobs(env) if placement.node_rank == 0 else []
     if placement.node_rank > 0:
         cell_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomically(cell_dir / f"node{placement.node_rank}.json", node_facts(env))
@@ -115,7 +139,9 @@ def run_task(out_dir: str, group_file: str, index: int, env=os.environ) -> Dict:
     flag_other_jobs(record, others)
     record["slurm"] = {
         "job_id": env.get("SLURM_ARRAY_JOB_ID", env.get("SLURM_JOB_ID")),
-        "array_task_id": index, "node_list": env.get("SLURM_JOB_NODELIST"),
+        "array_task_id": int(env.get("SLURM_ARRAY_TASK_ID", index)),
+        "allocation": group.get("allocation", "array"), "step_id": env.get("SLURM_STEP_ID"),
+        "node_list": step_nodelist(env), "job_node_list": env.get("SLURM_JOB_NODELIST"),
         "nodes": [json.loads(path.read_text())
                   for path in sorted(cell_dir.glob("node*.json"))],
         "restart_count": int(env.get("SLURM_RESTART_COUNT", "0")),

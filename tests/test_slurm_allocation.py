@@ -1,0 +1,207 @@
+"""One allocation per sweep (``--one-allocation``) on a real two-node Slurm cluster on this
+machine: one job for the whole sweep, a curve's cells on the same nodes, cancel then resume,
+a controller outage while a cell runs, a requeue, and a preflight inside the allocation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import processes_mentioning, read_records, scaling_in_process, write_sweep
+from slurmcluster import wait_until
+from test_slurm import by_cell, scaling, scaling_ok, start_cluster, task_states
+
+from scaling.execute.preflight import PREFLIGHT_FILE
+from scaling.slurm.allocation import allocation_time
+from scaling.slurm.queue import VANISH_GRACE_ENV
+from scaling.slurm.submit import read_ledger, steps_started
+
+ONE = ("--backend", "slurm", "--one-allocation")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with start_cluster(tmp_path_factory.mktemp("slurm")) as running:
+        yield running
+
+
+@pytest.fixture
+def own_cluster(tmp_path):
+    """A cluster of this test's own, for a test that stops its controller."""
+    with start_cluster(tmp_path / "cluster") as running:
+        yield running
+
+
+def jobs_named(cluster, name: str) -> list:
+    """The jobs the controller knows under job name ``name``."""
+    shown = cluster.run("scontrol", "show", "job", "-o").stdout.splitlines()
+    return [line for line in shown if f" JobName={name} " in line]
+
+
+def only_allocation(out: Path) -> dict:
+    [job] = read_ledger(out).values()
+    assert job["allocation"] == "one" and job["job_id"]
+    return job
+
+
+@pytest.mark.slow
+def test_a_sweep_over_one_and_two_nodes_runs_in_one_job_a_curve_on_the_same_nodes(cluster,
+                                                                                  tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2], single_baseline=True)
+    out = tmp_path / "out"
+    swept = scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE, "--wait")
+    assert "4 submitted in one allocation of 2 node(s)" in swept.stdout
+    job = only_allocation(out)
+    [name] = read_ledger(out)
+    assert len(jobs_named(cluster, name)) == 1
+    assert "JobState=COMPLETED" in jobs_named(cluster, name)[0]
+    cells = by_cell(read_records(out))
+    assert len(cells) == 4 and all(len(records) == 1 for records in cells.values())
+    records = [records[0] for records in cells.values()]
+    assert sorted((r["launcher"], r["nodes"], r["status"]) for r in records) == [
+        ("single", 1, "ok"), ("single", 1, "ok"), ("torchrun", 1, "ok"), ("torchrun", 2, "ok")]
+    [wide] = [r for r in records if r["nodes"] == 2]
+    first = wide["slurm"]["nodes"][0]["node"]
+    assert [n["node"] for n in wide["slurm"]["nodes"]] == ["n1", "n2"]
+    for record in records:
+        slurm = record["slurm"]
+        assert slurm["job_id"] == job["job_id"] and slurm["allocation"] == "one"
+        assert slurm["job_node_list"] == "n[1-2]"
+        assert record["hosts"][0] == wide["hosts"][0]
+        if record["nodes"] == 1:
+            assert slurm["node_list"] == first
+            assert [n["node"] for n in slurm["nodes"]] == [first]
+    assert steps_started(out, name) == [r["cell"] for r in records]
+    assert "4 cells: 4 ok" in scaling_ok(cluster, "status", out).stdout
+
+
+@pytest.mark.slow
+def test_a_cancelled_allocation_keeps_its_records_and_resume_runs_the_rest(cluster, tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 3, 4], min_time_s=4)
+    out = tmp_path / "out"
+    scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE)
+    wait_until(lambda: (out / "results.jsonl").exists(), "first record")
+    cancelled = scaling_ok(cluster, "cancel", out)
+    done = read_records(out)
+    assert done and all(record["status"] == "ok" for record in done)
+    assert f"{3 - len(done)} not_run" in cancelled.stdout
+    assert task_states(cluster, out) == []
+    resumed = scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE, "--resume", "--wait")
+    assert f"{3 - len(done)} submitted in one allocation" in resumed.stdout
+    assert len(read_ledger(out)) == 2
+    cells = by_cell(read_records(out))
+    assert len(cells) == 3 and all(len(records) == 1 for records in cells.values())
+    assert {records[0]["status"] for records in cells.values()} == {"ok"}
+    assert "3 cells: 3 ok" in scaling_ok(cluster, "status", out).stdout
+
+
+@pytest.mark.slow
+def test_a_controller_outage_in_an_allocation_invents_nothing(own_cluster, tmp_path):
+    """slurmctld stops while the allocation's first cell runs and stays down until that cell
+    has measured: ``status`` exits 3 and records nothing, ``status --wait`` rides the outage
+    out, and every cell ends with its own record. A zero vanish grace makes any poll that missed
+    the allocation after the restart record it, so the test would see it."""
+    cluster = own_cluster
+    env = {**cluster.env, VANISH_GRACE_ENV: "0"}
+    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4], min_time_s=8)
+    out = tmp_path / "out"
+    scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE, env=env)
+    [name] = read_ledger(out)
+    wait_until(lambda: steps_started(out, name)
+               and (out / "cells" / steps_started(out, name)[0] / "launcher.log").exists(),
+               "the first cell started")
+    first = out / "cells" / steps_started(out, name)[0]
+    cluster.stop_controller()
+    try:
+        down = scaling(cluster, "status", out, env=env)
+        assert down.returncode == 3, down.stdout + down.stderr
+        assert down.stderr.startswith("Error: could not ask the Slurm controller")
+        assert not (out / "results.jsonl").exists()
+        log = tmp_path / "wait.log"
+        with log.open("w") as output:
+            waiting = subprocess.Popen(
+                [sys.executable, "-m", "scaling", "status", str(out), "--wait"], env=env,
+                stdout=output, stderr=subprocess.STDOUT)
+        wait_until(lambda: "asking again" in log.read_text(), "a failed poll asked again")
+        wait_until(lambda: list(first.glob("rank*.json")), "the first cell measured")
+    finally:
+        cluster.start_controller()
+    assert waiting.wait(timeout=600) == 0, log.read_text()
+    assert "2 cells: 2 ok" in log.read_text()
+    cells = by_cell(read_records(out))
+    assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
+    for [record] in cells.values():
+        assert record["status"] == "ok" and record["slurm"]["allocation"] == "one"
+    assert [json.loads(line)["cell"] for line in
+            (out / "slurm" / f"{name}.steps.jsonl").read_text().splitlines()] == list(cells)
+
+
+def test_an_unknown_allocation_is_a_one_line_error_naming_the_valid_ones(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep.yaml", slurm={"allocation": "many"})
+    result = scaling_in_process("sweep", sweep, "--out", tmp_path / "out", "--backend", "slurm")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"Error: {sweep}: slurm.allocation must be one of array, one, got 'many'"]
+
+
+def test_one_allocation_without_slurm_is_a_one_line_error(tmp_path):
+    result = scaling_in_process("sweep", write_sweep(tmp_path / "sweep.yaml"), "--out",
+                                tmp_path / "out", "--one-allocation")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "Error: --one-allocation runs the sweep inside one Slurm job: add --backend slurm"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_allocation_asks_for_each_cells_time():
+    assert allocation_time("0:30:00", 4) == "0-02:00:00"
+    assert allocation_time("90", 2) == "0-03:00:00"
+    assert allocation_time("1-12", 3) == "4-12:00:00"
+    assert allocation_time("INFINITE", 3) == "INFINITE"
+
+
+@pytest.mark.slow
+def test_a_requeued_allocation_goes_on_and_records_each_cell_once(cluster, tmp_path):
+    """Requeued while its first cell runs (a 10 s window): the allocation starts again once the
+    first run's processes are gone, runs that cell again and the next, and records each
+    once."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4], min_time_s=10)
+    out = tmp_path / "out"
+    scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE)
+    wait_until(lambda: list(out.glob("cells/*/launcher.log")), "first cell started")
+    job = only_allocation(out)
+    task = f"{job['job_id']}_0"
+    subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
+    wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued allocation pending")
+    wait_until(lambda: not processes_mentioning(out), "the first run's processes gone")
+    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now+3"], check=True,
+                   env=cluster.env)
+    scaling_ok(cluster, "status", out, "--wait")
+    cells = by_cell(read_records(out))
+    assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
+    for [record] in cells.values():
+        assert record["status"] == "ok" and record["slurm"]["restart_count"] == 1
+    [name] = read_ledger(out)
+    started = steps_started(out, name)
+    assert started[0] == started[1] and started[1:] == list(cells)
+
+
+@pytest.mark.slow
+def test_a_preflight_inside_the_allocation_keeps_the_cells_off_a_slowed_node(cluster,
+                                                                             tmp_path):
+    """n2 under a fifth of a core: the preflight, the allocation's first step, flags it; the
+    one-node cells run on n1 and the two-node cell, with no second good node, is left unrun
+    for --resume."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2], steps=2, warmup=1)
+    out = tmp_path / "out"
+    with cluster.slowed("n2", 0.2):
+        scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE, "--preflight", "--wait",
+                   exit_code=1)
+    assert json.loads((out / PREFLIGHT_FILE).read_text())["flagged"] == ["n2"]
+    [record] = read_records(out)
+    assert (record["nodes"], record["status"]) == (1, "ok")
+    assert record["slurm"]["node_list"] == "n1"
+    assert "1 not_run" in scaling_ok(cluster, "status", out).stdout
