@@ -111,10 +111,10 @@ def test_a_batch_far_faster_than_the_default_wins_and_the_ablation_credits_it(tm
     assert summary["default"]["config"] == "torch/single batch 1"
     assert summary["verdict"].startswith("the best is ahead of the default by +")
     [row] = summary["ablation"]
-    assert (row["knob"], row["best"], row["default"], row["matters"]) == (
-        "batch_size", 64, 1, True)
+    assert (row["knob"], row["best"], row["default"], row["effect"]) == (
+        "batch_size", 64, 1, "helps")
     assert row["contribution_ci95"][0] > 0
-    assert "  batch_size=64 (default 1): +" in ran.stdout
+    assert "ablation of torch/single batch 64:\n  batch_size=64 (default 1): +" in ran.stdout
     assert yaml.safe_load((out / "best.yaml").read_text())["batch_sizes"] == [64]
 
 
@@ -186,6 +186,8 @@ def test_the_default_cpu_space_leaves_out_what_needs_a_gpu_or_minutes():
     assert space.left_out.get("torch/horovod") == horovod
     assert space.default() == Config("torch", "torchrun", 16)
     assert space.options["bucket_cap_mb"] == [DEFAULT, 5, 100]
-    assert space.options["comm_hook"] == [DEFAULT, "none", "fp16", "bf16"]
+    assert space.options["comm_hook"] == [DEFAULT, "fp16", "bf16"]
+    assert space.options["amp"] == [DEFAULT, True, "fp16", "bf16"]
+    assert space.options["broadcast_buffers"] == [DEFAULT, False]
     assert "nccl" not in space.options["cross_device_ops"] + space.options["kvstore"]
     assert not {"all_reduce_combine_mb", "compile", "cudnn_benchmark"} & set(space.options)

@@ -222,8 +222,12 @@ def print_tune(summary: Dict) -> None:
         found = summary[name]
         console.print(f"{name.replace('_', '-')}: {found['config'] if found else '-'}: "
                       f"{_figure_text(found)}")
-    if summary["tied_with_best"]:
-        console.print(f"not separated from the best: {'; '.join(summary['tied_with_best'])}")
+    tied = summary["tied_with_best"]
+    if tied:
+        more = f"; and {len(tied) - 3} more (tune.json)" if len(tied) > 3 else ""
+        console.print(f"not separated from the best: {'; '.join(tied[:3])}{more}")
+    if summary["ablation"]:
+        console.print(f"ablation of {summary['ablation_of']['config']}:")
     for row in summary["ablation"]:
         if row["contribution"] is None:
             console.print(f"  {row['knob']}={row['best']} (default {row['default']}): not "
@@ -232,5 +236,5 @@ def print_tune(summary: Dict) -> None:
         low, high = row["contribution_ci95"] or (row["contribution"], row["contribution"])
         console.print(f"  {row['knob']}={row['best']} (default {row['default']}): "
                       f"{row['contribution']:+.1%} [{low:+.1%}, {high:+.1%}]"
-                      f"{'' if row['matters'] else ', within the intervals'}")
+                      f", {row['effect']}")
     console.print(summary["verdict"])

@@ -32,8 +32,9 @@ def _ahead(upper: Dict, lower: Dict) -> bool:
 
 
 def ablation(tuner: Tuner, best: Candidate) -> List[Dict]:
-    """Each knob the best sets otherwise than the default, and what putting it back costs:
-    best / ablated - 1, with the interval of that ratio."""
+    """Each knob that ``best`` (the search's leader) sets otherwise than the default, and what
+    putting it back costs: best / ablated - 1, with the interval of that ratio; ``effect``:
+    ``helps`` or ``hurts`` where the two intervals do not overlap."""
     rows = []
     best_figure = figure(best)
     for knob, config in ablated(best.config, tuner.default):
@@ -41,7 +42,7 @@ def ablation(tuner: Tuner, best: Candidate) -> List[Dict]:
         row = {"knob": knob, "best": best.config.knobs().get(knob),
                "default": config.knobs().get(knob, "unset"), "config": config.label(),
                "images_per_sec": None, "ci95": None, "contribution": None,
-               "contribution_ci95": None, "matters": False}
+               "contribution_ci95": None, "effect": None}
         if measured:
             ratio = best_figure["images_per_sec"] / measured["images_per_sec"]
             interval = ratio_interval(ratio, best_figure["ci95"], best_figure["images_per_sec"],
@@ -49,14 +50,18 @@ def ablation(tuner: Tuner, best: Candidate) -> List[Dict]:
             row.update(images_per_sec=measured["images_per_sec"], ci95=measured["ci95"],
                        contribution=ratio - 1,
                        contribution_ci95=[interval[0] - 1, interval[1] - 1] if interval else None,
-                       matters=_ahead(best_figure, measured))
+                       effect="helps" if _ahead(best_figure, measured) else
+                       "hurts" if _ahead(measured, best_figure) else "within the intervals")
         rows.append(row)
     return rows
 
 
-def verdict(best: Optional[Dict], default: Optional[Dict]) -> str:
+def verdict(best: Optional[Dict], default: Optional[Dict], leader: Optional[Dict]) -> str:
     if best is None:
         return "no trial ended ok: nothing to recommend"
+    if leader and leader["config"] != best["config"]:
+        return (f"the search's leader ({leader['config']}) fell behind in the final rounds; "
+                + verdict(best, default, None))
     if default is None:
         return "the default configuration did not run ok; the best is the fastest that did"
     if best["config"] == default["config"]:
@@ -70,7 +75,7 @@ def verdict(best: Optional[Dict], default: Optional[Dict]) -> str:
 
 def summarize(tuner: Tuner, settings: Dict) -> Dict:
     """Everything ``tune.json`` holds."""
-    best = tuner.best
+    best, leader = tuner.best, (tuner.contenders or [None])[0]
     default = figure(tuner.candidates.get(tuner.default))
     best_figure = figure(best)
     return {
@@ -93,8 +98,9 @@ def summarize(tuner: Tuner, settings: Dict) -> Dict:
         "tied_with_best": [found.config.label() for found in tuner.ranked()
                            if best_figure and found is not best
                            and not _ahead(best_figure, figure(found))],
-        "ablation": ablation(tuner, best) if best else [],
-        "verdict": verdict(best_figure, default),
+        "ablation_of": figure(leader),
+        "ablation": ablation(tuner, leader) if leader else [],
+        "verdict": verdict(best_figure, default, figure(leader)),
     }
 
 

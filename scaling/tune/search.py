@@ -24,7 +24,7 @@ from scaling.errors import ScalingError
 from scaling.tune.space import Config, Space, make_config
 from scaling.uncertainty import repeats_and_window_interval
 
-FIRST_WINDOW_S = 2.0
+FIRST_WINDOW_S = 4.0
 """The timed window of rung 0; each rung doubles it, up to :data:`LONGEST_WINDOW_S`."""
 LONGEST_WINDOW_S = 32.0
 RUNGS = 8
@@ -105,10 +105,13 @@ class Tuner:
         self.default = space.default()
         self.window_s = FIRST_WINDOW_S
         """The timed window of the latest rung, which the final phase keeps."""
+        self.contenders: List[Candidate] = []
+        """The leader and the runner-up when the search ended; the ablation puts back the
+        leader's knobs."""
         self.best: Optional[Candidate] = None
         self.runner_up: Optional[Candidate] = None
-        """The leader and the second when the search ended: what the final phase measures
-        again (the ablation's configurations never take their place)."""
+        """The fastest two, by median, of the search's leader, its runner-up and the default
+        after the final phase (the ablation's configurations never take their place)."""
 
     def candidate(self, config: Config) -> Candidate:
         return self.candidates.setdefault(config, Candidate(config))
@@ -226,8 +229,7 @@ class Tuner:
     def final(self) -> None:
         """Rounds of the final configurations, in alternating order, while a whole round fits
         (the first round: as much of it as fits, most important first)."""
-        ranked = self.ranked()
-        self.best, self.runner_up = (ranked + [None, None])[:2]
+        self.contenders = self.ranked()[:2]
         configs, window = self.final_configs(), self.window_s
         for round_ in range(FINAL_ROUNDS):
             if round_ and self.budget.left() < self.final_cost(window, configs):
@@ -239,8 +241,16 @@ class Tuner:
                 self.trial(config, window, "final", round_)
 
     def tune(self) -> None:
+        """The search, the final phase, and then the best and the runner-up: the fastest two,
+        by median, of the search's leader, its runner-up and the default that never failed."""
         self.search()
         self.final()
+        pool = {found.config: found
+                for found in [*self.contenders, self.candidates.get(self.default)] if found}
+        contenders = [found for found in pool.values() if found.figures()
+                      and not found.dropped.startswith(("trial", "refused"))]
+        ranked = sorted(contenders, key=Candidate.median, reverse=True)
+        self.best, self.runner_up = (ranked + [None, None])[:2]
 
 
 def ablated(best: Config, default: Config) -> List[Tuple[str, Config]]:

@@ -38,6 +38,14 @@ NOT_SEARCHED = {"compile": "compiling adds minutes to every trial",
                 "donate": "donation only saves memory"}
 """Options left out of the default space, with the reason; a space file may add them."""
 
+SAME_AS_UNSET = {"amp": False, "channels_last": False, "xla": False, "mixed_precision": False,
+                 "gradient_as_bucket_view": False, "static_graph": False,
+                 "broadcast_buffers": True, "comm_hook": "none", "compression": "none",
+                 "cross_device_ops": "auto"}
+"""Values that do what leaving the option unset does (its documented default): the default
+space leaves them out, so that no trial, and no ablation, is spent on a setting that changes
+nothing."""
+
 GPU_OPTIONS = {"cudnn_benchmark"}
 """Framework options that do nothing on CPU devices."""
 
@@ -97,8 +105,12 @@ class Space:
         return Config(framework, own if own in launchers else launchers[0], self.batch_sizes[0])
 
     def choices(self, framework: str, launcher: str) -> Dict[str, List[Any]]:
-        valid = valid_options(LAUNCHERS.get(launcher), framework)
-        return {key: values for key, values in self.options.items() if key in valid}
+        """Each knob's values that ``framework`` under ``launcher`` takes."""
+        spec = LAUNCHERS.get(launcher)
+        valid = valid_options(spec, framework)
+        return {key: [value for value in values
+                      if value == DEFAULT or _takes(spec, framework, key, value)]
+                for key, values in self.options.items() if key in valid}
 
     def configs(self) -> Iterator[Config]:
         for framework, launcher in self.pairs():
@@ -111,17 +123,30 @@ class Space:
         return len(set(self.configs()))
 
     def sample(self, count: int, seed: int) -> List[Config]:
-        """The default configuration, then up to ``count - 1`` others drawn at random
-        (the same ones for the same seed)."""
+        """The default configuration, then up to ``count - 1`` others (the same ones for the
+        same seed): by turns, one that changes a single knob of the default and one drawn at
+        random from the whole space."""
         first = self.default()
-        others = sorted(set(self.configs()) - {first}, key=lambda config: config.label())
-        random.Random(seed).shuffle(others)
-        return [first, *others[:count - 1]]
+        rng = random.Random(seed)
+        near = sorted({config for config in self.configs()
+                       if config != first and len(changed(config, first)) == 1},
+                      key=Config.label)
+        far = sorted(set(self.configs()) - set(near) - {first}, key=Config.label)
+        rng.shuffle(near)
+        rng.shuffle(far)
+        turns = itertools.chain.from_iterable(itertools.zip_longest(near, far))
+        return [first, *[config for config in turns if config is not None][:count - 1]]
 
     def describe(self) -> Dict[str, Any]:
         return {"frameworks": self.frameworks, "launchers": self.launchers,
                 "batch_sizes": self.batch_sizes, "options": self.options,
                 "left_out": self.left_out}
+
+
+def changed(config: Config, default: Config) -> List[str]:
+    """The knobs ``config`` sets otherwise than ``default``."""
+    knobs, base = config.knobs(), default.knobs()
+    return [key for key in {**base, **knobs} if knobs.get(key) != base.get(key)]
 
 
 def option_values(name: str, allowed, device_type: str, gpu_only) -> Optional[List[Any]]:
@@ -140,6 +165,9 @@ def option_values(name: str, allowed, device_type: str, gpu_only) -> Optional[Li
         values = [False, True]
     else:
         return None
+    values = [value for value in values if not (
+        name in SAME_AS_UNSET and type(value) is type(SAME_AS_UNSET[name])
+        and value == SAME_AS_UNSET[name])]
     return [DEFAULT, *values] if values else None
 
 
@@ -169,8 +197,8 @@ def default_space(frameworks: List[str], launchers: Optional[List[str]], devices
             spec = LAUNCHERS.get(launcher)
             for name, allowed in valid_options(spec, framework).items():
                 values = option_values(name, allowed, device_type, spec.gpu_only)
-                if values and name not in options:
-                    options[name] = values
+                if values:
+                    options[name] = list(dict.fromkeys([*options.get(name, []), *values]))
     return Space(frameworks, per_framework, batch_sizes or DEFAULT_BATCHES[device_type],
                  options, left_out)
 
@@ -220,6 +248,14 @@ def parse_space(data: Dict, base: Space, where: str, frameworks_given: bool = Fa
     for key, given in options.items():
         space.options[key] = _knob_values(key, given, space, where)
     return space
+
+
+def _takes(launcher, framework: str, key: str, value) -> bool:
+    try:
+        check_options(launcher, framework, {key: value})
+    except ScalingError:
+        return False
+    return True
 
 
 def _values(data: Dict, key: str, where: str) -> List:
