@@ -80,7 +80,7 @@ def killed_search(tmp_path_factory):
     """One search over 1 and 2 devices, killed once it has recorded two trials and run again
     to its end, for the tests that read it: the folder, the cells recorded before the kill and
     the resumed search's result. A step of 64 from 64 brackets the edge (near 150 images at
-    one device, 170 at two) in a few trials, each well under the cap."""
+    one device, 170 at two) in a few trials, and leaves the answer well under the cap."""
     out_dir = tmp_path_factory.mktemp("search") / "out"
     argv = [sys.executable, "-m", "scaling", *map(str, SEARCH), "--multiple-of", str(STEP),
             "--devices", "1,2", "--min", str(STEP), "--steps", "1", "--headroom", "0.9",
