@@ -28,10 +28,13 @@ from scaling.schema import MAXBATCH_FIELDS
 from scaling.units import parse_bytes
 
 CAP = "1.1GiB"
+# The base of a PyTorch rank takes nearly 1 GiB of the cap, and CIFAR-10 at 32x32 about 1.3 MB
+# a sample more: the edge is near 150 images at one device. Searches step by STEP.
+STEP = 64
 # Confirmations run a plain cell's 20 steps by default; these searches confirm with fewer.
 CONFIRM = (3, 1)
 SEARCH = ("maxbatch", "--workload", "cifar10", "--image-size", 32, "--device-type", "cpu",
-          "--memory-limit", CAP, "--multiple-of", 8, "--timeout", 300,
+          "--memory-limit", CAP, "--timeout", 300,
           "--confirm-steps", CONFIRM[0], "--confirm-warmup", CONFIRM[1])
 
 
@@ -72,17 +75,37 @@ def assert_confirmed(out_dir, row, step):
     assert int(row["trials"]) == len(mine)
 
 
+@pytest.fixture(scope="module")
+def killed_search(tmp_path_factory):
+    """One search over 1 and 2 devices, killed once it has recorded two trials and run again
+    to its end, for the tests that read it: the folder, the cells recorded before the kill and
+    the resumed search's result. A step of 64 from 64 brackets the edge (near 150 images at
+    one device, 170 at two) in a few trials, and leaves the answer well under the cap."""
+    out_dir = tmp_path_factory.mktemp("search") / "out"
+    argv = [sys.executable, "-m", "scaling", *map(str, SEARCH), "--multiple-of", str(STEP),
+            "--devices", "1,2", "--min", str(STEP), "--steps", "1", "--headroom", "0.9",
+            "--out", str(out_dir)]
+    search = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while len(ResultStore(out_dir).records()) < 2:
+        assert search.poll() is None, "the search ended before it could be killed"
+        time.sleep(0.2)
+    search.send_signal(signal.SIGKILL)
+    search.wait()
+    before = {r["cell"] for r in read_records(out_dir)}
+    resumed = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    return out_dir, before, resumed
+
+
 @pytest.mark.slow
-def test_found_batch_runs_and_the_next_size_up_runs_out_of_memory(out_dir):
-    result = scaling_cli(*SEARCH, "--devices", "1,2", "--min", 128, "--steps", 1,
-                         "--headroom", 0.9, "--out", out_dir, timeout=1800)
+def test_found_batch_runs_and_the_next_size_up_runs_out_of_memory(killed_search):
+    out_dir, _, result = killed_search
     assert result.returncode == 0, result.stderr
     found = read_maxbatch(out_dir)
     assert set(found) == {1, 2}
     for devices, row in found.items():
-        assert_confirmed(out_dir, row, 8)
+        assert_confirmed(out_dir, row, STEP)
         best = int(row["max_batch"])
-        assert int(row["safe_batch"]) == int(best * 0.9) // 8 * 8
+        assert int(row["safe_batch"]) == max(STEP, int(best * 0.9) // STEP * STEP)
         assert float(row["images_per_sec"]) > 0
     # Two devices start at the answer for one (or the trial it stood on before a
     # confirmation moved it down).
@@ -104,8 +127,8 @@ def test_found_batch_runs_and_the_next_size_up_runs_out_of_memory(out_dir):
 @pytest.mark.slow
 def test_a_trial_that_fails_otherwise_twice_stops_the_search_naming_its_batch(out_dir):
     env = {**os.environ, "SCALING_FAULT": "error@0:0"}
-    result = scaling_cli(*SEARCH, "--devices", "1", "--steps", 1, "--warmup", 0,
-                         "--out", out_dir, env=env)
+    result = scaling_cli(*SEARCH, "--multiple-of", 8, "--devices", "1", "--steps", 1,
+                         "--warmup", 0, "--out", out_dir, env=env)
     assert result.returncode == 1, result.stderr  # the search gave no answer
     row = read_maxbatch(out_dir)[1]
     assert (row["status"], row["failed_batch"], row["trials"]) == ("error", "8", "2")
@@ -119,25 +142,17 @@ def test_a_trial_that_fails_otherwise_twice_stops_the_search_naming_its_batch(ou
 
 
 @pytest.mark.slow
-def test_killed_search_resumes_without_repeating_a_trial(out_dir):
-    argv = [sys.executable, "-m", "scaling", *map(str, SEARCH), "--devices", "1", "--min", "128",
-            "--out", str(out_dir)]
-    search = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while len(ResultStore(out_dir).records()) < 2:
-        assert search.poll() is None, "the search ended before it could be killed"
-        time.sleep(0.2)
-    search.send_signal(signal.SIGKILL)
-    search.wait()
-    before = {r["cell"] for r in read_records(out_dir)}
-
-    resumed = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+def test_killed_search_resumes_without_repeating_a_trial(killed_search):
+    out_dir, before, resumed = killed_search
     assert resumed.returncode == 0, resumed.stderr
     counts = Counter(r["cell"] for r in read_records(out_dir))
     assert before < set(counts)
     assert set(counts.values()) == {1}
-    row = read_maxbatch(out_dir)[1]
-    assert_confirmed(out_dir, row, 8)
-    assert int(row["trials"]) == len(counts)
+    for row in read_maxbatch(out_dir).values():
+        assert_confirmed(out_dir, row, STEP)
+        devices = int(row["devices"])
+        assert int(row["trials"]) == len({r["cell"] for r in read_records(out_dir)
+                                          if r["devices"] == devices})
 
 
 @pytest.mark.slow
@@ -186,14 +201,16 @@ def test_tensorflow_confirms_the_answer_and_the_smallest_oom_under_its_allocator
     # batch fits in one run and not in the next), and grows over a confirmation's steps (a batch
     # that fits a trial's one step may not fit four): whatever each run does, the answer must
     # have passed its confirmations and the smallest OOM run out of memory on its last run.
+    # The edge lies near 230 (1.5 MB a sample): a step of 64 brackets it in three trials.
+    # tests/test_batchsearch.py drives a confirmation that fails near the edge.
     result = scaling_cli("maxbatch", "--framework", "tensorflow", "--launcher", "tf-mirrored",
                          "--workload", "cifar10", "--image-size", 32, "--device-type", "cpu",
                          "--memory-limit", "256MiB", "--timeout", 300, "--steps", 1,
-                         "--warmup", 0, "--min", 128, "--max", 256, "--multiple-of", 32,
+                         "--warmup", 0, "--min", 128, "--max", 256, "--multiple-of", 64,
                          "--confirm-steps", CONFIRM[0], "--confirm-warmup", CONFIRM[1],
                          "--out", out_dir)
     assert result.returncode == 0, result.stderr
-    assert_confirmed(out_dir, read_maxbatch(out_dir)[1], 32)
+    assert_confirmed(out_dir, read_maxbatch(out_dir)[1], 64)
     oom_records = [r for r in read_records(out_dir) if r["status"] == "oom"]
     assert all(r["oom_evidence"].startswith("framework error: ResourceExhaustedError")
                for r in oom_records)

@@ -77,11 +77,10 @@ def test_unknown_options_and_values_are_refused_with_the_valid_ones(out_dir, opt
 
 @pytest.fixture(scope="module")
 def modes_sweep(tmp_path_factory):
-    """A sweep of AlexNet at 63x63, batch 2, 8 steps, over the three modes: its folder and the
-    report command's output."""
+    """A sweep of the CIFAR-10 network at 16x16, batch 2, 3 steps, over the three modes: its
+    folder and the report command's output."""
     folder = tmp_path_factory.mktemp("modes")
-    config = write_sweep(folder / "modes.yaml", workloads=["alexnet"], image_size=63,
-                         batch_sizes=[2], steps=8, timeout_s=600,
+    config = write_sweep(folder / "modes.yaml", batch_sizes=[2], timeout_s=600,
                          modes=["forward", "forward_backward", "train"])
     scaling_cli_ok("sweep", config, "--out", folder / "out")
     return folder / "out", scaling_cli_ok("report", folder / "out")

@@ -414,9 +414,11 @@ def test_the_example_batch_script_runs_a_sweep_in_one_allocation(cluster, tmp_pa
 @pytest.mark.slow
 def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
     out = tmp_path / "out"
+    # The search stops at its maximum, which fits: one trial, then the answer's confirmations.
     result = scaling_ok(cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16,
-                        "--devices", 1, "--min", 4, "--max", 8, "--multiple-of", 4,
-                        "--confirm-steps", 2, "--confirm-warmup", 1, "--memory-limit", "1.5GiB",
+                        "--devices", 1, "--min", 4, "--max", 4, "--multiple-of", 4,
+                        "--steps", 1, "--warmup", 0, "--confirm-steps", 2,
+                        "--confirm-warmup", 1, "--memory-limit", "1.5GiB",
                         "--out", out, "--backend", "slurm", "--wait")
     assert "ended COMPLETED" in result.stdout
     trials = read_records(out)
