@@ -24,6 +24,12 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 """The matrix dtype of each precision."""
 CEILING_N = {"cpu": 1024, "gpu": 8192}
 """Side of the matrices of the ceiling's product on each device type."""
+CEILING_SLOW_S = 1.0
+"""A kernel whose first product at ``CEILING_N`` takes longer than this (float16 emulated on a
+CPU: under a GFLOP/s) is timed on smaller matrices, a product of about ``CEILING_MIN_S``, so
+that its ceiling takes seconds rather than minutes."""
+_SIDES: Dict[tuple, int] = {}
+"""The side this process settled on for each (framework, device type, dtype)."""
 CEILING_REPEATS = 3
 CEILING_MIN_S = 0.25
 """The ceiling's products go on for at least this long: on a CPU the first few products run
@@ -38,9 +44,16 @@ def matmul_ceiling_tflops(framework: str, device_type: str, dtype: str) -> Optio
     if framework not in KERNELS:
         return None
     make, product_sum, _, _, _ = KERNELS[framework](device_type, dtype)
-    n = CEILING_N[device_type]
+    n = _SIDES.get((framework, device_type, dtype), CEILING_N[device_type])
     matrix = make(n)
+    started = time.perf_counter()
     product_sum(matrix)
+    first = time.perf_counter() - started
+    if first > CEILING_SLOW_S:
+        n = max(128, int(n * (CEILING_MIN_S / first) ** (1 / 3)) // 64 * 64)
+        matrix = make(n)
+        product_sum(matrix)
+    _SIDES[(framework, device_type, dtype)] = n
     times = []
     while len(times) < CEILING_REPEATS or sum(times) < CEILING_MIN_S:
         started = time.perf_counter()
