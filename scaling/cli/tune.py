@@ -26,9 +26,9 @@ from scaling.tune.space import Config, Space, default_space, load_space
 from scaling.units import parse_bytes, parse_duration
 from workloads import get_workload
 
-TRIAL_STEPS = 4
+TRIAL_STEPS = 2
 """Timed steps of a trial at least; its window then runs on to the rung's length."""
-TRIAL_WARMUP = 2
+TRIAL_WARMUP = 1
 
 
 def _names(text: Optional[str], valid: List[str], what: str) -> Optional[List[str]]:

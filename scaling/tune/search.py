@@ -35,6 +35,10 @@ opening candidates."""
 POOL = 256
 """Candidates drawn from the space, in the order rung 0 opens them."""
 FINAL_ROUNDS = 2
+SLOWEST_TRIAL = 3.0
+"""A trial may take at most this many times the median wall time of the ok trials so far
+(and at least a minute): a configuration whose few steps take that much longer cannot lead,
+and would spend the budget of several others."""
 FIRST_GUESS_S = 60.0
 """A trial's cost before any has run: process start, warm-up and window."""
 
@@ -158,9 +162,13 @@ class Tuner:
         configuration cannot make a cell here (it leaves the race, with the reason)."""
         found = self.candidate(config)
         slack = 0.05 * self.budget.seconds
+        timeout = max(self.budget.left() + slack, slack)
+        walls = [trial["record"]["wall_s"] for trial in self.trials
+                 if trial["record"]["status"] == "ok"]
+        if walls:
+            timeout = min(timeout, max(SLOWEST_TRIAL * statistics.median(walls), 60.0))
         try:
-            cell = self.trial_cell(config, len(found.records), window_s,
-                                   max(self.budget.left() + slack, slack))
+            cell = self.trial_cell(config, len(found.records), window_s, timeout)
         except ScalingError as error:
             found.dropped = f"refused: {error}"
             return None
