@@ -19,7 +19,7 @@ from scaling.execute.store import ResultStore
 from scaling.launchers import LAUNCHERS, default_python
 from scaling.sweep import expand, load_sweep
 from scaling.tune.search import Budget, Candidate, Tuner, ablated, below
-from scaling.tune.space import DEFAULT, Config, default_space
+from scaling.tune.space import DEFAULT, Config, default_space, load_space
 
 HUGE_BATCH = 1048576
 """An MNIST batch of 3 GiB of pixels: out of memory under a 1 GiB cap."""
@@ -191,3 +191,15 @@ def test_the_default_cpu_space_leaves_out_what_needs_a_gpu_or_minutes():
     assert space.options["broadcast_buffers"] == [DEFAULT, False]
     assert "nccl" not in space.options["cross_device_ops"] + space.options["kvstore"]
     assert not {"all_reduce_combine_mb", "compile", "cudnn_benchmark"} & set(space.options)
+
+
+def test_a_space_file_of_other_frameworks_searches_their_own_knobs(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text("frameworks: [tensorflow]\nbatch_sizes: [8]\n")
+    space = load_space(path, lambda names: default_space(names or ["torch"], None, 2, "cpu"),
+                       False, False)
+    assert (space.frameworks, space.batch_sizes) == (["tensorflow"], [8])
+    assert space.default() == Config("tensorflow", "tf-mirrored", 8)
+    assert {"xla", "mixed_precision", "cross_device_ops", "pack_mb"} <= set(space.options)
+    assert "bucket_cap_mb" not in space.options
+

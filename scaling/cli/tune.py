@@ -136,14 +136,15 @@ def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, ima
 
     Successive halving: short timed windows for many candidates first, then windows twice as
     long for those still in the race. A candidate leaves it only when its interval (from two
-    figures or more) lies below the leader's, or when a trial fails. Then the best, the default
-    and the runner-up run again, with the ablation: the best with each of its knobs back at its
-    default. Every trial is a cell record in OUT (purpose tune); a failed one never stops the
+    figures or more) lies below the leader's, or when a trial fails. Then the leader, the
+    default and the runner-up run again, with the ablation: the leader with each of its knobs
+    back at its default. Every trial is a cell record in OUT (purpose tune); a failed one never stops the
     search.
 
     Writes OUT/tune.json, OUT/best.yaml (a sweep file: scaling sweep OUT/best.yaml) and
     OUT/report.html with its "Tuning" section. Exits 0 with a best configuration, 1 when no
-    trial ended ok. With --backend slurm each trial is a Slurm job, waited for.
+    trial ended ok. With --backend slurm each trial is a Slurm job, waited for (as with --wait);
+    max batches need --backend local.
     """
     budget = Budget(parse_duration(budget_text))
     positive_int("--devices", devices)
@@ -151,10 +152,11 @@ def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, ima
     frameworks = _names(framework_text, framework_names(), "framework") or ["torch"]
     launchers = _names(launcher_text, LAUNCHERS.names(), "launcher")
     resolved = resolve_device_type(device_type)
-    space = default_space(frameworks, launchers, devices, resolved)
-    if space_file:
-        space = load_space(space_file, space, framework_text is not None,
-                           launcher_text is not None)
+    def space_of(names: Optional[List[str]]) -> Space:
+        return default_space(names or frameworks, launchers, devices, resolved)
+
+    space = load_space(space_file, space_of, framework_text is not None,
+                       launcher_text is not None) if space_file else space_of(None)
     out_dir = out_dir or f"runs/tune-{workload}"
     prepare_out_dir(out_dir)
     check_resumable(out_dir, resume)
@@ -189,10 +191,14 @@ def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, ima
                        leader=f"leader {leader.median():.1f} img/s" if leader else "",
                        left=f"{max(tuner.budget.left(), 0):.0f} s left")
 
-        def run_trial(cell) -> Dict:
+        def run_trial(cell) -> Optional[Dict]:
+            """The trial's record; None where Slurm never ran it."""
             if backend == "local":  # under the tune's own progress bar
                 return run_and_record(cell, out_dir, watch=WatchSettings())
-            return runner.run(cell, out_dir, {}, WatchSettings(), None, slurm, True)
+            try:
+                return runner.run(cell, out_dir, {}, WatchSettings(), None, slurm, True)
+            except KeyError:
+                return None
 
         tuner = Tuner(space, trial_cell, run_trial, ResultStore(out_dir).done(), budget, seed,
                       on_trial=said)

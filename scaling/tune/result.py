@@ -119,7 +119,7 @@ def best_sweep(summary: Dict, best: Candidate, window_s: float) -> Dict:
         "steps": summary["steps"], "warmup": summary["warmup"],
         "min_time_s": window_s, "repeats": 3,
     }
-    for key in ("image_size", "threads_per_device", "memory_limit"):
+    for key in ("image_size", "threads_per_device", "memory_limit", "allow_oversubscribe"):
         if summary.get(key) is not None:
             sweep[key] = summary[key]
     return sweep

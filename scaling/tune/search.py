@@ -97,7 +97,8 @@ TrialCell = Callable[[Config, int, float, float], object]
 
 
 class Tuner:
-    def __init__(self, space: Space, trial_cell: TrialCell, run: Callable[[object], Dict],
+    def __init__(self, space: Space, trial_cell: TrialCell,
+                 run: Callable[[object], Optional[Dict]],
                  recorded: Dict[str, Dict], budget: Budget, seed: int = 0,
                  on_trial: Callable[["Tuner", Dict], None] = lambda tuner, record: None):
         self.space, self.trial_cell, self.run, self.recorded = space, trial_cell, run, recorded
@@ -175,11 +176,15 @@ class Tuner:
         record = self.recorded.get(cell.cell_id)
         if record is None:
             record = self.run(cell)
+            if record is None:
+                found.dropped = "its trial was never run (not_run)"
+                return None
+            self.recorded[cell.cell_id] = record
         else:
             self.budget.replayed += record.get("wall_s") or 0.0
         found.records.append(record)
         # A timeout at the end of the budget says nothing about the configuration.
-        cut = record["status"] == "timeout" and self.budget.left() <= 0
+        cut = record["status"] == "timeout" and self.budget.left() <= slack
         if record["status"] != "ok" and not cut:
             found.dropped = f"trial {record['status']}: {record.get('error') or ''}".strip()
         self.trials.append({"stage": stage, "rung": rung, "config": config, "record": record,
@@ -223,9 +228,8 @@ class Tuner:
         while len(self.alive()) > 1 and rung < RUNGS:
             window = min(self.window_s * 2, LONGEST_WINDOW_S)
             ran = False
-            for found in sorted(self.alive(), key=Candidate.median, reverse=rung % 2 == 1):
-                if not found.dropped and self.affords(found.config, window,
-                                                      self.final_cost(window)):
+            for found in sorted(self.alive(), key=Candidate.median, reverse=True):
+                if self.affords(found.config, window, self.final_cost(window)):
                     self.trial(found.config, window, "search", rung)
                     ran = True
             self.drop_separated()

@@ -20,12 +20,12 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import yaml
 
 from scaling.errors import ScalingError
-from scaling.frameworks import get_framework
+from scaling.frameworks import framework_names, get_framework
 from scaling.launchers import (LAUNCHERS, Number, check_options, default_python, launchers_of,
                                valid_options)
 from scaling.sweep import SYMBOLIC_BATCH
@@ -206,9 +206,11 @@ def default_space(frameworks: List[str], launchers: Optional[List[str]], devices
 SPACE_KEYS = ("frameworks", "launchers", "batch_sizes", "options")
 
 
-def load_space(path, base: Space, frameworks_given: bool, launchers_given: bool) -> Space:
-    """``base`` with the lists that the space file at ``path`` gives in their place; the
-    command line's --framework and --launcher win over the file's."""
+def load_space(path, make_base: Callable[[Optional[List[str]]], Space],
+               frameworks_given: bool, launchers_given: bool) -> Space:
+    """The default space of the file's frameworks (``make_base(None)``: the command line's),
+    with the lists that the space file at ``path`` gives in their place; the command line's
+    --framework and --launcher win over the file's."""
     try:
         with open(path) as text:
             data = yaml.safe_load(text) or {}
@@ -219,7 +221,15 @@ def load_space(path, base: Space, frameworks_given: bool, launchers_given: bool)
     if not isinstance(data, dict) or set(data) - set(SPACE_KEYS):
         raise ScalingError(f"{path}: a space file maps some of {', '.join(SPACE_KEYS)} to "
                            f"their values; got {sorted(data) if isinstance(data, dict) else data!r}")
-    return parse_space(data, base, str(path), frameworks_given, launchers_given)
+    frameworks = None
+    if "frameworks" in data and not frameworks_given:
+        frameworks = _values(data, "frameworks", str(path))
+        for name in frameworks:
+            if name not in framework_names():
+                raise ScalingError(f"{path}: unknown framework {name!r}; valid: "
+                                   f"{', '.join(framework_names())}")
+    return parse_space(data, make_base(frameworks), str(path), frameworks_given,
+                       launchers_given)
 
 
 def parse_space(data: Dict, base: Space, where: str, frameworks_given: bool = False,
