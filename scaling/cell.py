@@ -56,7 +56,8 @@ class Cell:
     purpose: str = "sweep"
     """``sweep`` for sweep and run cells, ``maxbatch`` for max-batch trials, ``confirmation``
     for runs that confirm a max-batch answer as a plain cell, ``allreduce`` for the collective
-    benchmark (``scaling.execute.allreduce``), which trains nothing."""
+    benchmark (``scaling.execute.allreduce``), which trains nothing, ``tune`` for a trial of
+    ``scaling tune`` (``scaling.tune``)."""
     options: Dict[str, Any] = field(default_factory=dict)
     """Framework-specific options (recorded and part of the identity)."""
     timeout_s: float = 600.0

@@ -132,7 +132,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "purpose": "sweep, maxbatch for max-batch trials, confirmation for a run that confirms "
                "a max-batch answer as a plain cell (its steps and warm-up), allreduce for "
                "the collective benchmark (scaling allreduce), or preflight for scaling "
-               "preflight's short single cell (kept in OUT/cells only, never in the results)",
+               "preflight's short single cell (kept in OUT/cells only, never in the results), or "
+               "tune for a trial of scaling tune (images/sec only: no allreduce or contended "
+               "compute after its window)",
     "sizes": "purpose allreduce: the message sizes timed, bytes; empty otherwise",
     "threads_per_device": "CPU threads per device",
     "threads_default": "whether threads_per_device is the default: the cores of a node over "

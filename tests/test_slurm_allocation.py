@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import processes_mentioning, read_records, scaling_in_process, write_sweep
 from slurmcluster import wait_until
-from test_slurm import by_cell, scaling, scaling_ok, start_cluster, task_states
+from test_slurm import (by_cell, cluster, own_cluster, scaling, scaling_ok,  # noqa: F401
+                        task_states)
 
 from scaling.execute.preflight import PREFLIGHT_FILE
 from scaling.slurm.allocation import allocation_time
@@ -20,19 +21,6 @@ from scaling.slurm.queue import VANISH_GRACE_ENV
 from scaling.slurm.submit import read_ledger, steps_started
 
 ONE = ("--backend", "slurm", "--one-allocation")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with start_cluster(tmp_path_factory.mktemp("slurm")) as running:
-        yield running
-
-
-@pytest.fixture
-def own_cluster(tmp_path):
-    """A cluster of this test's own, for a test that stops its controller."""
-    with start_cluster(tmp_path / "cluster") as running:
-        yield running
 
 
 def jobs_named(cluster, name: str) -> list:
