@@ -1,0 +1,1 @@
+"""`scaling tune`: the search space, the race between configurations and what it found."""
