@@ -1,6 +1,6 @@
 """Intervals: of a cell's images/sec from its chunk times (95%), of a figure over repeats (the
-spread between them with the windows' own), and of speedup and efficiency, which divide two
-figures."""
+standard error between them with the windows' own), and of speedup and efficiency, which divide
+two figures."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import math
 import statistics
 from typing import Dict, List, Optional, Tuple
 
-from scipy.special import bdtr, stdtrit
+from scipy.special import bdtr, ndtri, stdtrit
 
 CONFIDENCE = 0.95
+NORMAL_95 = float(ndtri((1 + CONFIDENCE) / 2))
 
 
 def relative_half_width(samples: List[float]) -> Optional[float]:
@@ -46,16 +47,19 @@ def repeats_interval(values: List[float]) -> Optional[List[float]]:
 def repeats_and_window_interval(values: List[float], windows: List[Optional[List[float]]]
                                 ) -> Optional[List[float]]:
     """The interval of the median of ``values``, figures of repeats run in separate processes,
-    each with its window's own interval (``windows``, from its chunk times, or None): half
-    the range between the repeats (what changed between them) and the median of the windows'
-    relative half widths (what changed inside them), added in quadrature, relative to the
-    median. A single figure keeps its window's interval. None where neither part exists."""
+    each with its window's own interval (``windows``, from its chunk times, or None): the 95%
+    normal half width of their mean, 1.96 standard errors (what changed between them), and the
+    median of the windows' relative half widths (what changed inside them), added in
+    quadrature, relative to the median. A standard error alone (half the range of two repeats)
+    would be a 68% interval beside the windows' 95%; Student's quantile for two or three
+    repeats (12.7, 4.3) would span most of the figure. A single figure keeps its window's
+    interval. None where neither part exists."""
     median = statistics.median(values)
     own = [(window[1] - window[0]) / 2 / value for value, window in zip(values, windows)
            if window and window[1] < math.inf]
     if len(values) == 1:
         return list(windows[0]) if windows[0] else None
-    between = (max(values) - min(values)) / 2 / median
+    between = NORMAL_95 * statistics.stdev(values) / math.sqrt(len(values)) / median
     within = statistics.median(own) if own else 0.0
     relative = math.hypot(between, within)
     return [median * (1 - relative), median * (1 + relative) if relative < 1 else math.inf]

@@ -76,22 +76,23 @@ def test_repeats_give_the_interval_and_a_new_version_is_matched_to_the_old():
            for repeat, ips in enumerate((84.0, 93.0, 96.0))]
     comparison = compare(base, new, 0.05)
     [row] = comparison.rows
-    # the median, +- half the range of the repeats (their windows have no interval here)
+    # the median, +- 1.96 standard errors of the repeats' mean (10 / sqrt 3; their windows
+    # have no interval here)
     assert (row["base"].images_per_sec, row["base"].low, row["base"].high) == \
-        pytest.approx((100.0, 90.0, 110.0), abs=0.01)
-    assert (row["new"].images_per_sec, row["new"].low) == pytest.approx((93.0, 87.0))
+        pytest.approx((100.0, 88.68, 111.32), abs=0.01)
+    assert (row["new"].images_per_sec, row["new"].low) == pytest.approx((93.0, 85.93), abs=0.01)
     assert row["verdict"] == "within noise"
-    assert row["base"].text() == "100.0 ± 10.0"
+    assert row["base"].text() == "100.0 ± 11.3"
 
 
 def test_the_interval_over_repeats_combines_their_spread_with_their_windows():
-    """Half the range between repeats (5%) and the windows' own half widths (median 12%) add
-    in quadrature: 13%, around the median."""
+    """1.96 standard errors between repeats (5 / sqrt 3: 5.66%) and the windows' own half
+    widths (median 12%) add in quadrature: 13.27%, around the median."""
     rows = [{**recorded_cell(1, ips, repeat=repeat), "images_per_sec_ci95": window}
             for repeat, (ips, window) in enumerate(((95.0, [85.5, 104.5]), (100.0, [88, 112]),
                                                     (105.0, [92.4, 117.6])))]
     low, high = figure_interval(rows)
-    assert (low, high) == pytest.approx((87.0, 113.0))
+    assert (low, high) == pytest.approx((86.73, 113.27), abs=0.01)
 
 
 def test_a_record_interval_from_its_chunk_times_separates_noise():
