@@ -13,7 +13,7 @@ from scipy import stats
 
 from scaling.report.tables import with_scaling
 from scaling.uncertainty import throughput_interval
-from scaling.workers.loop import chunk_length, planned_steps, warmup_steps
+from scaling.workers.loop import MAX_WINDOWS, chunk_length, planned_steps, warmup_steps
 
 TINY = ("--workload", "cifar10", "--image-size", "16", "--batch-size", "4")
 MIN_TIME_S = 1.5
@@ -54,7 +54,7 @@ def test_min_time_plans_whole_chunks_before_the_window_and_it_holds_only_steps(
     reports = rank_reports(record)
     cell = {"steps": 20, "min_time_s": min_time_s}
     for report in reports:
-        assert report["window_collectives"] == 0 and report["windows"] in (1, 2)
+        assert report["window_collectives"] == 0 and 1 <= report["windows"] <= MAX_WINDOWS
         assert report["steps_planned"] == planned_steps(cell, report["calibration_step_s"])
         assert report["steps_timed"] == record["steps_timed"]
         assert {chunk["steps"] for chunk in report["chunks"]} == {chunk_length(20)}
