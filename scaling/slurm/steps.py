@@ -9,8 +9,9 @@ more than those is not run, and stays unrecorded for ``--resume``.
 
 Each step is noted in ``OUT/slurm/NAME.steps.jsonl`` as it starts (``scaling status`` reads
 which cell runs). A cell already recorded is skipped, so a requeued allocation goes on where
-the last run stopped. A step that Slurm did not start (the controller down or restarting) is
-started again once the controller answers; a step that started and ended without a record (a
+the last run stopped. A step that Slurm did not start (the controller down or restarting, or
+still holding the step that ended during its outage) is started again once the controller
+answers, for up to ``STEP_PATIENCE_S``; a step that started and ended without a record (a
 rank's node crashed) is recorded ``crashed`` here, with srun's exit status. A cancelled, requeued
 or timed-out allocation is killed with its step: nothing is recorded for that cell.
 """
@@ -22,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -35,9 +37,10 @@ from scaling.slurm.submit import steps_file
 from scaling.slurm.task import STARTED, UNTIL_ANSWERED
 
 POLL_S = 3.0
-STEP_ATTEMPTS = 3
-"""Starts of one step, each once the controller answers, before a step that Slurm will not
-start is recorded as the cell's crash."""
+STEP_PATIENCE_S = 180.0
+"""How long a step that Slurm will not start is started again, every ``POLL_S`` once the
+controller answers, before it is recorded as the cell's crash. A restarted controller refuses
+new steps until it hears that the step running through its outage has ended: seconds."""
 
 
 def say(text: str) -> None:
@@ -54,16 +57,22 @@ def srun_argv(nodes: List[str], env, *command: str) -> List[str]:
 
 def started_step(argv: List[str], started) -> Optional[subprocess.CompletedProcess]:
     """Run the step ``argv`` until Slurm starts it (``started()`` tells), each try once the
-    controller answers; its completed process, or None when Slurm would not start it."""
-    for _ in range(STEP_ATTEMPTS):
+    controller answers, for up to ``STEP_PATIENCE_S``; its completed process, or None when Slurm
+    would not start it."""
+    refused_since = None
+    while True:
         patiently(controller.ping, POLL_S, UNTIL_ANSWERED)
         ran = subprocess.run(argv, stderr=subprocess.PIPE, text=True)
         sys.stderr.write(ran.stderr)
         if ran.returncode == 0 or started():
             return ran
-        say(f"Slurm did not start the step ({controller.one_line(ran.stderr)}); trying again "
-            "once the controller answers")
-    return None
+        if refused_since is None:
+            refused_since = time.monotonic()
+            say(f"Slurm did not start the step ({controller.one_line(ran.stderr)}); trying "
+                f"again every {POLL_S:g} s for up to {STEP_PATIENCE_S:g} s")
+        elif time.monotonic() - refused_since > STEP_PATIENCE_S:
+            return None
+        time.sleep(POLL_S)
 
 
 def run_cell_step(out_dir: Path, name: str, group_file: str, index: int, fields: Dict,
