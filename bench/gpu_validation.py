@@ -1,118 +1,206 @@
-"""Validate the CUDA paths on one real GPU and measure them, through the real command line.
+"""Validate every CUDA path on real GPUs, through the real command line, in one command.
 
-    PYTHONPATH=. python3 bench/gpu_validation.py --part throughput --output bench/results/gpu-h100.json
-    PYTHONPATH=. python3 bench/gpu_validation.py --part maxbatch --output bench/results/gpu-h100.json
+    PYTHONPATH=. python3 bench/gpu_validation.py --output bench/results/gpu-validation.json
+    PYTHONPATH=. python3 bench/gpu_validation.py --budget-s 480 --output "$OUT/gpu.json"
+    PYTHONPATH=. python3 bench/gpu_validation.py --steps throughput,reference --output FILE
+    PYTHONPATH=. python3 bench/gpu_validation.py --dry-run --gpus 8
 
-``throughput``:
-1. ``scaling devices``: the GPU with the nvidia-smi fields;
-2. a sweep of ResNet-50 at 224 under torchrun on one GPU whose first batch cannot fit: it must
-   end ``oom`` and the cells after it (batch 64 and 128, fp32) must still run;
-3. the same batches with ``amp`` + ``channels_last``, then with ``cudnn_benchmark`` too, then
-   batch 128 with ``compile`` as well;
-4. AlexNet at 224, batch 128: ``forward``, ``forward_backward`` and ``train`` seconds per batch.
+The steps (``bench/gpu_steps.py``) go in the order of ``STEPS``, what matters most first.
+``--budget-s`` plans those whose estimates (one H100) fit, in that order; a step this machine
+cannot run (no GPU, a framework that does not import with CUDA, one GPU for the allreduce) or
+whose inputs are not planned is left out, and the plan says why. Each step adds its commands'
+exit statuses and seconds, and its figures, to ``--output`` as it ends, so a run stopped part-way
+keeps what it measured; run again with the same ``--out``, its sweeps resume.
 
-``maxbatch``: ``scaling maxbatch`` on the GPU's real memory, then, outside the finder, the answer
-b run again (must be ``ok``) and b + 1 (must be ``oom``).
+A machine without a package registry installs from wheels carried to it: ``--wheels DIR``
+installs every ``DIR/*.whl`` in the ``install`` step, which says how long that took.
 
-Each part adds its records and checks to the ``--output`` JSON.
+``--dry-run`` prints the plan with its estimates for ``--gpus`` GPUs, every framework taken to
+import, and parses every command it would run through the harness's own command line (and each
+sweep file through its loader): it runs on CPU, so the plan cannot rot while no GPU is lent.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
-import yaml
+import click
 
-RECORD_KEYS = ("workload", "mode", "image_size", "batch_size", "total_devices", "options",
-               "status", "error", "images_per_sec", "step_time_median_s", "step_time_p95_s",
-               "peak_memory_bytes", "capped_memory_peak_bytes", "memory_capacity_bytes",
-               "device_name", "versions", "timed_window_s", "wall_s")
-RESNET = ("--workload", "resnet50", "--image-size", 224, "--devices", 1, "--device-type", "gpu")
-AMP_CL = ("--option", "amp=true", "--option", "channels_last=true")
+from gpu_steps import PROBES, STEPS, Context, Step, probe
+from scaling.cli import cli
+from scaling.sweep import load_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET_S = 2400.0
+"""The default budget: 40 minutes of device time."""
+COMMAND_TIMEOUT_S = 1200.0
+def gpu_count() -> int:
+    """The GPUs ``nvidia-smi -L`` lists; 0 without it."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
 
 
-def scaling(*args, check_codes=(0,)) -> subprocess.CompletedProcess:
+def plan(ctx: Context, chosen: Optional[List[str]], budget_s: float,
+         done: Dict) -> Tuple[List[Step], Dict[str, str]]:
+    """The steps to run, in order, and each left-out step's reason."""
+    planned: List[Step] = []
+    left_out: Dict[str, str] = {}
+    spent = 0.0
+    for step in STEPS:
+        if chosen is not None and step.name not in chosen:
+            continue
+        absent = [name for name in step.after
+                  if name not in done and name not in {s.name for s in planned}]
+        why = ("no GPU here" if ctx.gpus == 0 and step.name != "install" else None) \
+            or step.needs(ctx) or (f"needs {', '.join(absent)}, not planned" if absent else None)
+        if why is None and spent + step.estimate_s > budget_s:
+            why = f"over the budget: {budget_s - spent:.0f} s left of {budget_s:.0f} s"
+        if why:
+            left_out[step.name] = why
+        else:
+            planned.append(step)
+            spent += step.estimate_s
+    return planned, left_out
+
+
+def check_command(argv: List[str]) -> None:
+    """Parse a ``scaling`` command as the harness's command line would, and load its sweep
+    file; raise ``click.ClickException`` (or ``ScalingError``) where it does not parse."""
+    if argv[0] != "scaling":
+        return
+    name, *rest = argv[1:]
+    command = cli.commands.get(name)
+    if command is None:
+        raise click.UsageError(f"no command {name!r}")
+    with command.make_context(name, list(rest)):
+        pass
+    if name == "sweep":
+        load_sweep(rest[0])
+
+
+def run_command(argv: List[str], log: Path) -> Dict:
+    """One command, its output kept in ``log``; its exit status and seconds."""
+    if argv[0] == "scaling":
+        argv = [sys.executable, "-m", "scaling", *argv[1:]]
+    elif argv[0] == "python":
+        argv = [sys.executable, *argv[1:]]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "scaling", *map(str, args)],
-                            capture_output=True, text=True)
-    print(f"$ scaling {' '.join(map(str, args))}  [{time.monotonic() - started:.0f} s, "
-          f"exit {result.returncode}]\n{result.stdout[-3000:]}{result.stderr[-2000:]}",
-          flush=True)
-    if result.returncode not in check_codes:
-        raise SystemExit(f"scaling {args[0]} exited {result.returncode}")
-    return result
+    print(f"$ {' '.join(argv)}", flush=True)
+    with log.open("a") as output:
+        try:
+            code = subprocess.run(argv, stdout=output, stderr=subprocess.STDOUT, env=env,
+                                  timeout=COMMAND_TIMEOUT_S).returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    seconds = time.monotonic() - started
+    print(f"  exit {code} after {seconds:.0f} s", flush=True)
+    return {"argv": argv, "exit": code, "seconds": round(seconds, 1)}
 
 
-def records(out_dir: Path) -> list:
-    lines = (out_dir / "results.jsonl").read_text().splitlines()
-    return [{k: r.get(k) for k in RECORD_KEYS} for r in map(json.loads, lines)]
+def write(results: Dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as handle:
+        json.dump(results, handle, indent=1, default=str)
+    os.replace(handle.name, path)
 
 
-def throughput(args) -> dict:
-    results = {"devices": scaling("devices").stdout}
-    sweep = args.out / "resnet50.yaml"
-    sweep.write_text(yaml.safe_dump({
-        "name": "gpu-resnet50", "device_type": "gpu",
-        "frameworks": {"torch": {"launchers": ["torchrun"]}}, "workloads": ["resnet50"],
-        "devices": [1], "batch_sizes": [args.oom_batch, 64, 128], "image_size": 224,
-        "steps": args.steps, "warmup": args.warmup, "timeout_s": 300,
-    }))
-    cells = args.out / "cells"
-    scaling("sweep", sweep, "--out", cells, "--resume", check_codes=(0, 1))  # oom_batch: oom
-    timed = ("--steps", args.steps, "--warmup", args.warmup, "--out", cells)
-    for batch in (64, 128):
-        scaling("run", *RESNET, "--batch-size", batch, *AMP_CL, *timed)
-        scaling("run", *RESNET, "--batch-size", batch, *AMP_CL,
-                "--option", "cudnn_benchmark=true", *timed)
-    scaling("run", *RESNET, "--batch-size", 128, *AMP_CL, "--option", "cudnn_benchmark=true",
-            "--option", "compile=true", "--timeout", 600, *timed)
-    for mode in ("forward", "forward_backward", "train"):
-        scaling("run", "--workload", "alexnet", "--devices", 1, "--device-type", "gpu",
-                "--batch-size", 128, "--mode", mode, *timed)
-    results["cells"] = records(cells)
-    return results
+def run_step(step: Step, ctx: Context) -> Dict:
+    """The step's commands, one after another, then its figures."""
+    folder = ctx.out / step.name
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    commands = [run_command(argv, folder / "log.txt") for argv in step.commands(ctx)]
+    failed = [c for c in commands if c["exit"] != 0]
+    return {"what": step.what, "estimate_s": step.estimate_s,
+            "seconds": round(time.monotonic() - started, 1), "commands": commands,
+            "status": "ok" if not failed else f"a command exited {failed[0]['exit']}",
+            "figures": step.summary(ctx)}
 
 
-def maxbatch(args) -> dict:
-    search = args.out / "maxbatch"
-    scaling("maxbatch", *RESNET, "--min", args.maxbatch_min, "--multiple-of", 1,
-            "--out", search)
-    with open(search / "maxbatch.csv") as table:
-        answer = next(csv.DictReader(table))
-    best = int(answer["max_batch"])
-    check = args.out / "maxbatch-check"
-    for batch in (best, best + 1):
-        scaling("run", *RESNET, "--batch-size", batch, "--steps", 3, "--warmup", 1,
-                "--out", check, check_codes=(0, 1))
-    return {"maxbatch": answer,
-            "maxbatch_trials": [{k: r[k] for k in ("batch_size", "status", "wall_s",
-                                                   "capped_memory_peak_bytes")}
-                                for r in records(search)],
-            "maxbatch_check": records(check)}
+def dry_run(ctx: Context, planned: List[Step], left_out: Dict[str, str],
+            budget_s: float) -> None:
+    total = sum(step.estimate_s for step in planned)
+    print(f"The plan for {ctx.gpus} GPU(s), every framework taken to import, within "
+          f"{budget_s:.0f} s:")
+    for step in planned:
+        print(f"  {step.name:<11} {step.estimate_s:>5.0f} s  {step.what}")
+        for argv in step.commands(ctx):
+            check_command(argv)
+            print(f"                       $ {' '.join(argv)}")
+    for name, why in left_out.items():
+        print(f"  {name:<11} left out: {why}")
+    print(f"{len(planned)} steps, {total:.0f} s ({total / 60:.1f} min) of {budget_s:.0f} s; "
+          "every command parses.")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("throughput", "maxbatch"), required=True)
-    parser.add_argument("--out", type=Path, default=Path("runs/gpu"))
-    parser.add_argument("--output", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--oom-batch", type=int, default=4096)
-    parser.add_argument("--maxbatch-min", type=int, default=256)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = json.loads(args.output.read_text()) if args.output.exists() else {}
-    results[args.part] = (throughput if args.part == "throughput" else maxbatch)(args)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
+def parse_steps(text: Optional[str]) -> Optional[List[str]]:
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    valid = [step.name for step in STEPS]
+    unknown = [name for name in names if name not in valid]
+    if unknown:
+        raise SystemExit(f"Error: unknown step {unknown[0]!r}; the steps are "
+                         f"{', '.join(valid)}")
+    return names
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", help="comma-separated steps to run [default: all]")
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S,
+                        help="device seconds the plan fits in [default: %(default)g]")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan and check its commands; run nothing")
+    parser.add_argument("--gpus", type=int, help="GPUs to plan for [default: nvidia-smi's]")
+    parser.add_argument("--wheels", type=Path, help="a folder of wheels to install first")
+    parser.add_argument("--out", type=Path, default=Path("runs/gpu-validation"))
+    parser.add_argument("--output", type=Path, default=Path("runs/gpu-validation.json"),
+                        help="the results JSON, rewritten as each step ends")
+    args = parser.parse_args(argv)
+    try:
+        chosen = parse_steps(args.steps)
+    except SystemExit as error:
+        print(error, file=sys.stderr)
+        return 2
+    gpus = args.gpus if args.gpus is not None else gpu_count() or (1 if args.dry_run else 0)
+    if args.dry_run:
+        with tempfile.TemporaryDirectory() as scratch:
+            ctx = Context(Path(scratch), gpus, dict.fromkeys(PROBES, True), args.wheels)
+            dry_run(ctx, *plan(ctx, chosen, args.budget_s, {}), args.budget_s)
+        return 0
+    results = json.loads(args.output.read_text()) if args.output.exists() else {"steps": {}}
+    available = probe() if gpus else dict.fromkeys(PROBES, False)
+    ctx = Context(args.out.resolve(), gpus, available, args.wheels)
+    planned, left_out = plan(ctx, chosen, args.budget_s, results["steps"])
+    results.update(gpus=gpus, budget_s=args.budget_s, planned=[s.name for s in planned],
+                   left_out=left_out)
+    write(results, args.output)
+    for step in planned:
+        print(f"== {step.name}: {step.what}", flush=True)
+        results["steps"][step.name] = run_step(step, ctx)
+        if step.name == "install":
+            ctx.available = results["steps"]["install"]["figures"]["frameworks"]
+        write(results, args.output)
+    failed = [s.name for s in planned if results["steps"][s.name]["status"] != "ok"]
+    print(f"{len(planned) - len(failed)} of {len(planned)} steps ok"
+          + (f"; not ok: {', '.join(failed)}" if failed else "") + f"; results in {args.output}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""``bench/gpu_validation.py``, the one command that validates every CUDA path on a lent GPU, kept
+from rotting on CPU: its dry run plans every step within 40 minutes and parses every command
+through the harness's own command line; on a machine without a GPU it runs only its install
+step, and writes that step's results as it ends."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "gpu_validation.py"
+sys.path.insert(0, str(SCRIPT.parent))
+
+from gpu_steps import STEPS  # noqa: E402  (a benchmark's module, found through bench/)
+from gpu_validation import check_command  # noqa: E402
+
+from scaling.errors import ScalingError  # noqa: E402
+
+
+def validation(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+
+
+def plan_of(output: str) -> dict:
+    """Step name -> its estimate in seconds, or its reason where the plan left it out."""
+    planned = dict(re.findall(r"^  (\w+) +(\d+) s  ", output, re.MULTILINE))
+    left_out = dict(re.findall(r"^  (\w+) +left out: (.*)$", output, re.MULTILINE))
+    return {**{name: int(seconds) for name, seconds in planned.items()}, **left_out}
+
+
+def test_the_dry_run_plans_every_step_within_forty_minutes_and_every_command_parses():
+    dry = validation("--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    plan = plan_of(dry.stdout)
+    assert list(plan) == [step.name for step in STEPS if step.name != "allreduce"] + [
+        "allreduce"]
+    assert plan["allreduce"] == "one GPU: no allreduce across GPUs"
+    total = sum(seconds for seconds in plan.values() if isinstance(seconds, int))
+    assert 0 < total <= 40 * 60
+    assert dry.stdout.splitlines()[-1] == (f"{len(STEPS) - 1} steps, {total} s "
+                                           f"({total / 60:.1f} min) of 2400 s; every "
+                                           "command parses.")
+
+
+def test_a_small_budget_keeps_the_first_steps_and_says_why_the_rest_are_left_out():
+    dry = validation("--dry-run", "--budget-s", "500")
+    assert dry.returncode == 0, dry.stderr
+    plan = plan_of(dry.stdout)
+    assert [name for name, value in plan.items() if isinstance(value, int)] == [
+        "install", "throughput", "reference"]
+    assert plan["telemetry"] == "over the budget: 20 s left of 500 s"
+
+
+def test_on_eight_gpus_the_allreduce_runs_across_them():
+    dry = validation("--dry-run", "--gpus", "8", "--steps", "throughput,allreduce")
+    assert dry.returncode == 0, dry.stderr
+    assert list(plan_of(dry.stdout)) == ["throughput", "allreduce"]
+    assert "scaling allreduce --devices 8 --device-type gpu" in dry.stdout
+
+
+def test_an_unknown_step_is_a_one_line_error_naming_the_steps():
+    bad = validation("--dry-run", "--steps", "throughput,warp")
+    assert bad.returncode == 2
+    assert bad.stderr.splitlines() == [
+        "Error: unknown step 'warp'; the steps are " + ", ".join(s.name for s in STEPS)]
+
+
+def test_the_check_refuses_what_the_harness_would_not_take(tmp_path):
+    with pytest.raises(click.UsageError):
+        check_command(["scaling", "run", "--batch-size", "8", "--no-such-option"])
+    with pytest.raises(click.BadParameter):
+        check_command(["scaling", "run", "--batch-size", "8", "--device-type", "tpu"])
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"frameworks": {"torch": {"launchers": ["torchrun"]}},
+                                     "workloads": ["resnet50"], "batch_sizes": [8],
+                                     "warp": 9}))
+    with pytest.raises(ScalingError, match="warp"):
+        check_command(["scaling", "sweep", str(sweep)])
+
+
+def test_without_a_gpu_only_the_install_step_runs_and_its_results_are_written(tmp_path):
+    output = tmp_path / "gpu.json"
+    ran = validation("--out", str(tmp_path / "runs"), "--output", str(output))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    results = json.loads(output.read_text())
+    assert results["gpus"] == 0 and results["planned"] == ["install"]
+    assert set(results["left_out"].values()) == {"no GPU here"}
+    install = results["steps"]["install"]
+    assert install["status"] == "ok"
+    assert [c["exit"] for c in install["commands"]] == [0]
+    assert install["commands"][0]["argv"][-2:] == ["scaling", "devices"]
+    assert install["figures"]["frameworks"]["torch"] is False
+    assert "cpu" in (tmp_path / "runs" / "install" / "log.txt").read_text().lower()
