@@ -5,6 +5,7 @@ step, and writes that step's results as it ends."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_validation.py"
 sys.path.insert(0, str(SCRIPT.parent))
 
-from gpu_steps import STEPS  # noqa: E402  (a benchmark's module, found through bench/)
+from gpu_steps import REFERENCES, STEPS, Context, reference_summary  # noqa: E402  (bench/)
 from gpu_validation import check_command  # noqa: E402
 
 from scaling.errors import ScalingError  # noqa: E402
@@ -100,3 +101,24 @@ def test_without_a_gpu_only_the_install_step_runs_and_its_results_are_written(tm
     assert install["commands"][0]["argv"][-2:] == ["scaling", "devices"]
     assert install["figures"]["frameworks"]["torch"] is False
     assert "cpu" in (tmp_path / "runs" / "install" / "log.txt").read_text().lower()
+
+
+def test_the_published_comparison_takes_the_fastest_one_gpu_torchrun_row(tmp_path):
+    """The throughput step's sweep, as its results.csv and records would read on an H100."""
+    out = tmp_path / "throughput" / "out"
+    out.mkdir(parents=True)
+    rows = [("single", 1, 128, "ok", 2700.0), ("torchrun", 1, 128, "ok", 2400.0),
+            ("torchrun", 1, 256, "ok", 2550.0), ("torchrun", 1, 512, "oom", ""),
+            ("torchrun", 8, 256, "ok", 20000.0)]
+    with (out / "results.csv").open("w") as table:
+        writer = csv.writer(table)
+        writer.writerow(["launcher", "total_devices", "batch_size", "status", "images_per_sec"])
+        writer.writerows(rows)
+    (out / "results.jsonl").write_text(json.dumps({"device_name": "NVIDIA H100 80GB HBM3"})
+                                       + "\n")
+    found = reference_summary(Context(tmp_path, 8, {}))
+    source, published = REFERENCES["H100"]
+    assert (found["measured_images_per_sec"], found["batch_size"]) == (2550.0, "256")
+    assert (found["published"], found["published_images_per_sec"]) == (source, published)
+    assert found["ratio"] == pytest.approx(2550.0 / published)
+    assert found["what_differs"]
