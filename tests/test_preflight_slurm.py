@@ -13,8 +13,8 @@ from slurmcluster import SlurmCluster, missing_binaries
 
 from scaling.execute.preflight import PREFLIGHT_FILE
 
-SLOW_SHARE = 0.4
-"""The slowed node's quota: two fifths of a core, where each node's share of the machine is one."""
+SLOW_SHARE = 0.2
+"""The slowed node's quota: a fifth of a core."""
 THRESHOLD = 30
 """The two nodes share this machine's two cores with whatever else runs, so the test flags
 at 30% below the fleet's median, beyond what sharing moves, and well short of the slowdown."""

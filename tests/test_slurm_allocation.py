@@ -180,12 +180,12 @@ def test_a_requeued_allocation_goes_on_and_records_each_cell_once(cluster, tmp_p
 @pytest.mark.slow
 def test_a_preflight_inside_the_allocation_keeps_the_cells_off_a_slowed_node(cluster,
                                                                              tmp_path):
-    """n2 under two fifths of a core: the preflight, the allocation's first step, flags it; the
+    """n2 under a fifth of a core: the preflight, the allocation's first step, flags it; the
     one-node cells run on n1 and the two-node cell, with no second good node, is left unrun
     for --resume."""
     sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2], steps=2, warmup=1)
     out = tmp_path / "out"
-    with cluster.slowed("n2", 0.4):
+    with cluster.slowed("n2", 0.2):
         scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE, "--preflight", "--wait",
                    exit_code=1)
     assert json.loads((out / PREFLIGHT_FILE).read_text())["flagged"] == ["n2"]
