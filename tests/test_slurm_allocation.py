@@ -45,7 +45,9 @@ def test_a_sweep_over_one_and_two_nodes_runs_in_one_job_a_curve_on_the_same_node
     job = only_allocation(out)
     [name] = read_ledger(out)
     assert len(jobs_named(cluster, name)) == 1
-    assert "JobState=COMPLETED" in jobs_named(cluster, name)[0]
+    # --wait returns once every cell is recorded; the job ends just after its last step.
+    wait_until(lambda: "JobState=COMPLETED" in jobs_named(cluster, name)[0],
+               "the allocation completed", timeout=60)
     cells = by_cell(read_records(out))
     assert len(cells) == 4 and all(len(records) == 1 for records in cells.values())
     records = [records[0] for records in cells.values()]
