@@ -5,7 +5,6 @@ which figures it keeps from what it wrote."""
 from __future__ import annotations
 
 import csv
-import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,22 +12,26 @@ from typing import Callable, Dict, List, Optional
 
 import yaml
 
+from scaling.execute.fingerprint import read_fingerprints
+from scaling.execute.preflight import read_preflight
+from scaling.execute.store import ResultStore
 from scaling.launchers import default_python
+from scaling.tune.result import read_tune
 
 RESNET = {"workload": "resnet50", "image_size": 224}
 TORCH_FAST = {"amp": True, "channels_last": True, "cudnn_benchmark": True}
 """PyTorch on its fast paths, as published ResNet-50 figures are measured."""
-ROW_FIELDS = ("framework", "launcher", "workload", "image_size", "batch_size", "total_devices",
-              "loader_workers", "status", "error", "images_per_sec", "images_per_sec_low",
-              "images_per_sec_high", "speedup", "efficiency", "parallel_overhead",
-              "parallel_overhead_low", "parallel_overhead_high", "mfu", "peak_tflops",
-              "achieved_tflops", "images_per_joule", "peak_memory_bytes", "input_bound",
-              "loader_images_per_sec", "synthetic_images_per_sec", "noisy", "suspect")
+ROW_KEYS = ("framework", "launcher", "workload", "image_size", "batch_size", "total_devices",
+            "loader_workers", "status", "error", "images_per_sec", "images_per_sec_low",
+            "images_per_sec_high", "speedup", "efficiency", "parallel_overhead",
+            "parallel_overhead_low", "parallel_overhead_high", "mfu", "peak_tflops",
+            "achieved_tflops", "images_per_joule", "peak_memory_bytes", "input_bound",
+            "loader_images_per_sec", "synthetic_images_per_sec", "noisy", "suspect")
 """The columns of a sweep's ``results.csv`` that a step keeps."""
-RECORD_FIELDS = ("framework", "launcher", "batch_size", "status", "error", "images_per_sec",
-                 "images_per_sec_ci95", "mfu", "peak_tflops", "peak_source", "achieved_tflops",
-                 "images_per_joule", "telemetry", "step_breakdown", "device_name", "versions",
-                 "fingerprint", "peak_memory_bytes", "memory_capacity_bytes")
+RECORD_KEYS = ("framework", "launcher", "batch_size", "status", "error", "images_per_sec",
+               "images_per_sec_ci95", "mfu", "peak_tflops", "peak_source", "achieved_tflops",
+               "images_per_joule", "telemetry", "step_breakdown", "device_name", "versions",
+               "fingerprint", "peak_memory_bytes", "memory_capacity_bytes")
 """The fields of a ``scaling run`` record that a step keeps."""
 
 REFERENCES = {
@@ -85,6 +88,13 @@ class Context:
     wheels: Optional[Path] = None
 
 
+def missing(*frameworks: str) -> Callable[[Context], Optional[str]]:
+    def why(ctx: Context) -> Optional[str]:
+        absent = [name for name in frameworks if not ctx.available.get(name)]
+        return f"{', '.join(absent)} does not import with CUDA here" if absent else None
+    return why
+
+
 @dataclass
 class Step:
     name: str
@@ -93,8 +103,8 @@ class Step:
     commands: Callable[[Context], List[List[str]]]
     """Each command an argv; ``scaling`` first means the harness's command line."""
     summary: Callable[[Context], Dict]
-    needs: Callable[[Context], Optional[str]] = lambda ctx: None
-    """Why the step cannot run on this machine, or None."""
+    needs: Callable[[Context], Optional[str]] = missing("torch")
+    """Why the step cannot run on this machine, or None (by default, it runs PyTorch)."""
     after: List[str] = field(default_factory=list)
     """Steps whose results this one reads."""
 
@@ -122,27 +132,16 @@ def rows(ctx: Context, name: str) -> List[Dict]:
     if not table.exists():
         return []
     with table.open() as handle:
-        return [{key: row.get(key) for key in ROW_FIELDS} for row in csv.DictReader(handle)]
+        return [{key: row.get(key) for key in ROW_KEYS} for row in csv.DictReader(handle)]
 
 
-def records(out: Path) -> List[Dict]:
-    """The kept fields of every record in ``out``."""
-    path = out / "results.jsonl"
-    if not path.exists():
-        return []
-    return [{key: record.get(key) for key in RECORD_FIELDS}
-            for record in map(json.loads, path.read_text().splitlines())]
+def records(out: Path, keys=RECORD_KEYS) -> List[Dict]:
+    """The ``keys`` of every record in ``out``."""
+    return [{key: record.get(key) for key in keys} for record in ResultStore(out).records()]
 
 
 def device_counts(ctx: Context) -> List[int]:
     return sorted({1, ctx.gpus})
-
-
-def missing(*frameworks: str) -> Callable[[Context], Optional[str]]:
-    def why(ctx: Context) -> Optional[str]:
-        absent = [name for name in frameworks if not ctx.available.get(name)]
-        return f"{', '.join(absent)} does not import with CUDA here" if absent else None
-    return why
 
 
 def install_commands(ctx: Context) -> List[List[str]]:
@@ -229,12 +228,8 @@ def telemetry_summary(ctx: Context) -> Dict:
 
 
 def allreduce_summary(ctx: Context) -> Dict:
-    path = folder(ctx, "allreduce") / "results.jsonl"
-    found = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() \
-        else []
-    return {"records": [{key: r.get(key) for key in ("status", "error", "allreduce",
-                                                      "allreduce_busbw_GBps", "versions")}
-                        for r in found]}
+    return {"records": records(folder(ctx, "allreduce"), ("status", "error", "allreduce",
+                                                          "allreduce_busbw_GBps", "versions"))}
 
 
 def maxbatch_summary(ctx: Context) -> Dict:
@@ -246,15 +241,13 @@ def maxbatch_summary(ctx: Context) -> Dict:
 
 
 def tune_summary(ctx: Context) -> Dict:
-    path = folder(ctx, "tune") / "tune.json"
-    return {"tune": json.loads(path.read_text()) if path.exists() else None}
+    return {"tune": read_tune(folder(ctx, "tune"))}
 
 
 def preflight_summary(ctx: Context) -> Dict:
-    verdict = folder(ctx, "preflight") / "preflight.json"
-    prints = sorted((folder(ctx, "throughput") / "out" / "fingerprints").glob("*.json"))
-    return {"verdict": json.loads(verdict.read_text()) if verdict.exists() else None,
-            "fingerprints": [json.loads(path.read_text()) for path in prints]}
+    cells = folder(ctx, "throughput") / "out"
+    return {"verdict": read_preflight(folder(ctx, "preflight")),
+            "fingerprints": read_fingerprints(cells, ResultStore(cells).records())}
 
 
 def reference_summary(ctx: Context) -> Dict:
@@ -279,7 +272,7 @@ def reference_summary(ctx: Context) -> Dict:
 
 STEPS = [
     Step("install", "install the carried wheels (--wheels) and list the devices", 60,
-         install_commands, install_summary),
+         install_commands, install_summary, needs=lambda ctx: None),
     Step("throughput", "single against torchrun (and Horovod) at one GPU and all: ResNet-50 "
          "at 224, AMP and channels_last, batch 128 and 256, parallel_overhead", 420,
          throughput_commands, sweep_summary("throughput")),
@@ -287,7 +280,7 @@ STEPS = [
          "table, the idle share of a profiled step", 90, telemetry_commands,
          telemetry_summary),
     Step("reference", "ResNet-50 AMP images/sec per GPU against the published figure", 0,
-         lambda ctx: [], reference_summary, after=["throughput"]),
+         lambda ctx: [], reference_summary, needs=lambda ctx: None, after=["throughput"]),
     Step("preflight", "scaling preflight on the GPU, and the fingerprint of the cells", 120,
          preflight_commands, preflight_summary, after=["throughput"]),
     Step("maxbatch", "the largest ResNet-50 batch at 224 with AMP, confirmed", 300,
@@ -300,7 +293,8 @@ STEPS = [
     Step("tune", "a short scaling tune of ResNet-50", 300, tune_commands, tune_summary),
     Step("allreduce", "scaling allreduce under NCCL across the GPUs", 60,
          allreduce_commands, allreduce_summary,
-         needs=lambda ctx: None if ctx.gpus > 1 else "one GPU: no allreduce across GPUs"),
+         needs=lambda ctx: missing("torch")(ctx) if ctx.gpus > 1
+         else "one GPU: no allreduce across GPUs"),
     Step("tensorflow", "TensorFlow with XLA and mixed precision, single against tf-mirrored",
          300, framework_commands("tensorflow", "tensorflow", "tf-mirrored",
                                  {"xla": True, "mixed_precision": True}, 128),

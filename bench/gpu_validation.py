@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,32 +36,29 @@ import click
 
 from gpu_steps import PROBES, STEPS, Context, Step, probe
 from scaling.cli import cli
+from scaling.hardware import gpu_count
 from scaling.sweep import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = 2400.0
 """The default budget: 40 minutes of device time."""
 COMMAND_TIMEOUT_S = 1200.0
-def gpu_count() -> int:
-    """The GPUs ``nvidia-smi -L`` lists; 0 without it."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+INSTALL = "install"
+"""The step that runs first, before the rest are planned on what it made importable."""
 
 
-def plan(ctx: Context, chosen: Optional[List[str]], budget_s: float,
-         done: Dict) -> Tuple[List[Step], Dict[str, str]]:
-    """The steps to run, in order, and each left-out step's reason."""
+def plan(ctx: Context, chosen: List[str], budget_s: float, done: Dict,
+         spent: float = 0.0) -> Tuple[List[Step], Dict[str, str]]:
+    """The ``chosen`` steps to run, in ``STEPS`` order, after ``spent`` seconds of the budget,
+    and each left-out step's reason."""
     planned: List[Step] = []
     left_out: Dict[str, str] = {}
-    spent = 0.0
     for step in STEPS:
-        if chosen is not None and step.name not in chosen:
+        if step.name not in chosen:
             continue
         absent = [name for name in step.after
                   if name not in done and name not in {s.name for s in planned}]
-        why = ("no GPU here" if ctx.gpus == 0 and step.name != "install" else None) \
+        why = ("no GPU here" if ctx.gpus == 0 and step.name != INSTALL else None) \
             or step.needs(ctx) or (f"needs {', '.join(absent)}, not planned" if absent else None)
         if why is None and spent + step.estimate_s > budget_s:
             why = f"over the budget: {budget_s - spent:.0f} s left of {budget_s:.0f} s"
@@ -130,6 +126,13 @@ def run_step(step: Step, ctx: Context) -> Dict:
             "figures": step.summary(ctx)}
 
 
+def run_and_write(step: Step, ctx: Context, results: Dict, output: Path) -> None:
+    """Run ``step`` and rewrite ``output`` with its results added."""
+    print(f"== {step.name}: {step.what}", flush=True)
+    results["steps"][step.name] = run_step(step, ctx)
+    write(results, output)
+
+
 def dry_run(ctx: Context, planned: List[Step], left_out: Dict[str, str],
             budget_s: float) -> None:
     total = sum(step.estimate_s for step in planned)
@@ -146,15 +149,13 @@ def dry_run(ctx: Context, planned: List[Step], left_out: Dict[str, str],
           "every command parses.")
 
 
-def parse_steps(text: Optional[str]) -> Optional[List[str]]:
-    if text is None:
-        return None
-    names = [name.strip() for name in text.split(",") if name.strip()]
+def parse_steps(text: Optional[str]) -> List[str]:
+    """The steps ``--steps`` names (all by default); ValueError on an unknown one."""
     valid = [step.name for step in STEPS]
+    names = valid if text is None else [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in valid]
     if unknown:
-        raise SystemExit(f"Error: unknown step {unknown[0]!r}; the steps are "
-                         f"{', '.join(valid)}")
+        raise ValueError(f"unknown step {unknown[0]!r}; the steps are {', '.join(valid)}")
     return names
 
 
@@ -174,8 +175,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         chosen = parse_steps(args.steps)
-    except SystemExit as error:
-        print(error, file=sys.stderr)
+    except ValueError as error:
+        print(f"Error: {error}", file=sys.stderr)
         return 2
     gpus = args.gpus if args.gpus is not None else gpu_count() or (1 if args.dry_run else 0)
     if args.dry_run:
@@ -184,23 +185,25 @@ def main(argv: Optional[List[str]] = None) -> int:
             dry_run(ctx, *plan(ctx, chosen, args.budget_s, {}), args.budget_s)
         return 0
     results = json.loads(args.output.read_text()) if args.output.exists() else {"steps": {}}
-    available = probe() if gpus else dict.fromkeys(PROBES, False)
-    ctx = Context(args.out.resolve(), gpus, available, args.wheels)
-    planned, left_out = plan(ctx, chosen, args.budget_s, results["steps"])
-    results.update(gpus=gpus, budget_s=args.budget_s, planned=[s.name for s in planned],
-                   left_out=left_out)
+    ctx = Context(args.out.resolve(), gpus, {}, args.wheels)
+    ran: List[Step] = []
+    if INSTALL in chosen:
+        ran, _ = plan(ctx, [INSTALL], args.budget_s, results["steps"])
+        for step in ran:
+            run_and_write(step, ctx, results, args.output)
+    ctx.available = (results["steps"][INSTALL]["figures"]["frameworks"] if ran
+                     else probe() if gpus else dict.fromkeys(PROBES, False))
+    planned, left_out = plan(ctx, [name for name in chosen if name != INSTALL], args.budget_s,
+                             results["steps"], sum(step.estimate_s for step in ran))
+    results.update(gpus=gpus, budget_s=args.budget_s,
+                   planned=[step.name for step in ran + planned], left_out=left_out)
     write(results, args.output)
     for step in planned:
-        print(f"== {step.name}: {step.what}", flush=True)
-        results["steps"][step.name] = run_step(step, ctx)
-        if step.name == "install":
-            ctx.available = results["steps"]["install"]["figures"]["frameworks"]
-        write(results, args.output)
-    failed = [s.name for s in planned if results["steps"][s.name]["status"] != "ok"]
-    print(f"{len(planned) - len(failed)} of {len(planned)} steps ok"
+        run_and_write(step, ctx, results, args.output)
+    failed = [s.name for s in ran + planned if results["steps"][s.name]["status"] != "ok"]
+    print(f"{len(ran + planned) - len(failed)} of {len(ran + planned)} steps ok"
           + (f"; not ok: {', '.join(failed)}" if failed else "") + f"; results in {args.output}")
     return 1 if failed else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,10 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_validation.py"
 sys.path.insert(0, str(SCRIPT.parent))
 
-from gpu_steps import REFERENCES, STEPS, Context, reference_summary  # noqa: E402  (bench/)
+from gpu_steps import (RECORD_KEYS, REFERENCES, ROW_KEYS, STEPS, Context,  # noqa: E402
+                       reference_summary)
 from gpu_validation import check_command  # noqa: E402
 
 from scaling.errors import ScalingError  # noqa: E402
+from scaling.report.columns import CSV_COLUMNS  # noqa: E402
+from scaling.schema import RECORD_FIELDS  # noqa: E402
 
 
 def validation(*args: str) -> subprocess.CompletedProcess:
@@ -114,7 +117,8 @@ def test_the_published_comparison_takes_the_fastest_one_gpu_torchrun_row(tmp_pat
         writer = csv.writer(table)
         writer.writerow(["launcher", "total_devices", "batch_size", "status", "images_per_sec"])
         writer.writerows(rows)
-    (out / "results.jsonl").write_text(json.dumps({"device_name": "NVIDIA H100 80GB HBM3"})
+    (out / "results.jsonl").write_text(json.dumps({"cell": "c1", "device_name":
+                                                   "NVIDIA H100 80GB HBM3"})
                                        + "\n")
     found = reference_summary(Context(tmp_path, 8, {}))
     source, published = REFERENCES["H100"]
@@ -122,3 +126,27 @@ def test_the_published_comparison_takes_the_fastest_one_gpu_torchrun_row(tmp_pat
     assert (found["published"], found["published_images_per_sec"]) == (source, published)
     assert found["ratio"] == pytest.approx(2550.0 / published)
     assert found["what_differs"]
+
+
+def test_what_the_steps_keep_is_what_the_harness_writes():
+    """A renamed column or record field would leave a GPU run's figures empty, unnoticed."""
+    assert [key for key in ROW_KEYS if key not in CSV_COLUMNS] == []
+    assert [key for key in RECORD_KEYS if key not in RECORD_FIELDS] == []
+
+
+def test_told_of_a_gpu_without_cuda_every_step_after_the_install_is_left_out(tmp_path):
+    """Told of one GPU on a machine without CUDA: the install runs, its check finds no
+    framework that imports with CUDA, and every later step is left out with its reason."""
+    output = tmp_path / "gpu.json"
+    ran = validation("--gpus", "1", "--out", str(tmp_path / "runs"), "--output", str(output))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    results = json.loads(output.read_text())
+    assert results["planned"] == ["install"]
+    assert not any(results["steps"]["install"]["figures"]["frameworks"].values())
+    reasons = results["left_out"]
+    assert reasons.pop("allreduce") == "one GPU: no allreduce across GPUs"
+    assert reasons.pop("reference") == "needs throughput, not planned"
+    own = {"jax", "tensorflow", "mxnet"}
+    assert reasons == {name: f"{name if name in own else 'torch'} does not import with CUDA here"
+                       for name in reasons}
+    assert len(reasons) == len(STEPS) - 3
