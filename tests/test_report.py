@@ -60,6 +60,20 @@ def test_two_option_sets_or_versions_stay_two_curves():
     assert [r["speedup"] for r in rows if r["devices"] == 2] == pytest.approx([1.8, 1.5, 1.9])
 
 
+def test_real_data_cells_with_other_loader_workers_never_share_a_baseline():
+    """A loader-bound cell of 12 workers is not a speedup over one of 4 (as on an H100:
+    366, 1,067 and 2,447 img/s with 0, 4 and 12 workers)."""
+    cells = []
+    for workers, ips in ((0, 366.0), (4, 1067.0), (12, 2447.0)):
+        for launcher, share in (("single", 1.0), ("torchrun", 0.95)):
+            cells.append({**record(1, ips * share, launcher=launcher), "data": "/images",
+                          "loader_workers": workers})
+    rows = with_scaling(cells)
+    assert {row["baseline_images_per_sec"] for row in rows if row["launcher"] == "torchrun"} \
+        == {366.0, 1067.0, 2447.0}
+    assert [row["speedup"] for row in rows] == pytest.approx([1.0, 0.95] * 3)
+
+
 def test_a_cell_without_versions_joins_its_curve():
     rows = with_scaling([record(1, 100.0), record(2, 0, status="crashed")])
     assert len({series_key(r) for r in rows}) == 1

@@ -92,10 +92,19 @@ def drift_reason(baseline_drift: Optional[float], measurements: int,
             f"more than this point's own interval ({width:.0%} wide)")
 
 
+def input_label(record: Dict) -> str:
+    """``real data, 2 loader workers`` for a cell on real images; empty on synthetic data."""
+    if not record.get("data"):
+        return ""
+    workers = record.get("loader_workers", 0)
+    return f"real data, {workers} loader worker{'s' if workers != 1 else ''}"
+
+
 def single_key(row: Dict) -> Tuple:
     """What a curve's ``single`` baseline shares with it: everything but the launcher, the
-    device and node counts, and the launcher's own options (the collectives' settings from the
-    environment included, as in the same sweep)."""
+    device and node counts, and the launcher's own options (the real data with its loader
+    workers, and the collectives' settings from the environment, included, as in the same
+    sweep)."""
     framework_options = FRAMEWORKS.get(row["framework"]).options \
         if row["framework"] in FRAMEWORKS else {}
     options = {key: value for key, value in (row.get("options") or {}).items()
@@ -104,7 +113,7 @@ def single_key(row: Dict) -> Tuple:
     return (row.get("variant") or row["framework"], row["framework_version"], row["workload"],
             row["batch_size"], row["image_size"], row["device_type"],
             json.dumps(options, sort_keys=True), threads, row.get("mode", "train"),
-            json.dumps(row.get("collective_env") or {}, sort_keys=True))
+            input_label(row), json.dumps(row.get("collective_env") or {}, sort_keys=True))
 
 
 def _median_figure(group: List[Dict]) -> Tuple[float, Optional[List[float]]]:

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 from rich.table import Table
 
 from scaling.report.baseline import (Baseline, baseline_gap_s, baselines, drift_reason,
-                                     figure_interval)
+                                     figure_interval, input_label)
 from scaling.report.cost import sweep_prices, with_costs
 from scaling.report.input import with_input_verdicts
 from scaling.report.model import with_predictions
@@ -72,14 +72,6 @@ def curve_fields(record: Dict) -> Tuple:
     return (record.get("variant") or record["framework"], record["launcher"],
             record["workload"], record["batch_size"], record["image_size"],
             record["device_type"], options, record.get("mode", "train"), unit)
-
-
-def input_label(record: Dict) -> str:
-    """``real data, 2 loader workers`` for a cell on real images; empty on synthetic data."""
-    if not record.get("data"):
-        return ""
-    workers = record.get("loader_workers", 0)
-    return f"real data, {workers} loader worker{'s' if workers != 1 else ''}"
 
 
 def with_framework_versions(records: List[Dict]) -> List[Dict]:
