@@ -4,6 +4,7 @@ stored once and referenced by hash; stragglers among a cell's ranks."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -211,3 +212,14 @@ def test_a_straggler_cell_is_marked_in_the_table_and_the_report(tmp_path):
     page = render_html(tmp_path, rows, records)
     assert f'data-straggler="{reason}"' in page.replace("&#39;", "'")
     assert '<li class="straggler"><b>^</b>' in page
+
+
+def test_the_topology_is_plain_text_without_the_terminal_underline(tmp_path, monkeypatch):
+    """A MOCK ``nvidia-smi`` (no driver exists here) that prints what ``nvidia-smi topo -m``
+    printed on an H100: its header underlined with terminal escapes."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '\\033[4mGPU0\\tCPU Affinity\\tNUMA Affinity\\033[0m\\n"
+                   "GPU0\\t X \\t0-15\\t0\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert fingerprint.topology() == "GPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-15\t0"

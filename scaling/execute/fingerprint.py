@@ -203,15 +203,21 @@ def open_nvml():
         return None
 
 
+TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+"""A terminal's escape sequence (``nvidia-smi topo -m`` underlines its header with them)."""
+
+
 def topology() -> Optional[str]:
-    """``nvidia-smi topo -m``: how the GPUs, NICs and CPUs connect; null without it."""
+    """``nvidia-smi topo -m``: how the GPUs, NICs and CPUs connect, as plain text; null
+    without it."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
-                              timeout=30, check=True).stdout.strip()
+        table = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
+                               timeout=30, check=True).stdout
     except (subprocess.SubprocessError, OSError):
         return None
+    return TERMINAL_ESCAPE.sub("", table).strip()
 
 
 def gather(python: str, collective_env: Mapping[str, str], environ=os.environ) -> Dict:
