@@ -1,6 +1,7 @@
 """The steps of ``bench/gpu_validation.py``: what each one runs through the real command line,
-what it needs, how long it takes on one H100 (an estimate the plan fits to the budget), and
-which figures it keeps from what it wrote."""
+what it needs, how long it takes on one H100 (what it took there, rounded up, where it ran; an
+estimate where it has not: ``tune``, ``allreduce``, ``tensorflow``, ``mxnet``), and which
+figures it keeps from what it wrote."""
 
 from __future__ import annotations
 
@@ -183,7 +184,7 @@ def real_data_commands(ctx: Context) -> List[List[str]]:
                                                         "options": TORCH_FAST}},
                 single_baseline=False, workloads=[RESNET["workload"]],
                 image_size=RESNET["image_size"], devices=[1], batch_sizes=[128], steps=30,
-                warmup=5, data=str(data), loader_workers=[0, 4, 12]))]
+                warmup=5, min_time_s=10, data=str(data), loader_workers=[0, 4, 12]))]
 
 
 def framework_commands(name: str, framework: str, launcher: str, options: Dict,
@@ -192,7 +193,8 @@ def framework_commands(name: str, framework: str, launcher: str, options: Dict,
         return [sweep_argv(write_sweep(
             ctx, name, frameworks={framework: {"launchers": [launcher], "options": options}},
             workloads=[RESNET["workload"]], image_size=RESNET["image_size"],
-            devices=device_counts(ctx), batch_sizes=[batch], steps=30, warmup=10))]
+            devices=device_counts(ctx), batch_sizes=[batch], steps=30, warmup=10,
+            min_time_s=10))]
     return commands
 
 
@@ -271,26 +273,26 @@ def reference_summary(ctx: Context) -> Dict:
 
 
 STEPS = [
-    Step("install", "install the carried wheels (--wheels) and list the devices", 60,
+    Step("install", "install the carried wheels (--wheels) and list the devices", 30,
          install_commands, install_summary, needs=lambda ctx: None),
     Step("throughput", "single against torchrun (and Horovod) at one GPU and all: ResNet-50 "
-         "at 224, AMP and channels_last, batch 128 and 256, parallel_overhead", 420,
+         "at 224, AMP and channels_last, batch 128 and 256, parallel_overhead", 330,
          throughput_commands, sweep_summary("throughput")),
     Step("telemetry", "NVML telemetry and energy: images_per_joule, mfu against the peak "
-         "table, the idle share of a profiled step", 90, telemetry_commands,
+         "table, the idle share of a profiled step", 50, telemetry_commands,
          telemetry_summary),
     Step("reference", "ResNet-50 AMP images/sec per GPU against the published figure", 0,
          lambda ctx: [], reference_summary, needs=lambda ctx: None, after=["throughput"]),
-    Step("preflight", "scaling preflight on the GPU, and the fingerprint of the cells", 120,
+    Step("preflight", "scaling preflight on the GPU, and the fingerprint of the cells", 30,
          preflight_commands, preflight_summary, after=["throughput"]),
-    Step("maxbatch", "the largest ResNet-50 batch at 224 with AMP, confirmed", 300,
+    Step("maxbatch", "the largest ResNet-50 batch at 224 with AMP, confirmed", 150,
          maxbatch_commands, maxbatch_summary),
     Step("real_data", "real JPEGs at 224 px with 0, 4 and 12 loader workers (pinned memory), "
-         "and the input_bound verdict", 240, real_data_commands, sweep_summary("real_data")),
-    Step("jax", "JAX in bf16, single against the jax launcher", 240,
+         "and the input_bound verdict", 210, real_data_commands, sweep_summary("real_data")),
+    Step("jax", "JAX in bf16, single against the jax launcher", 120,
          framework_commands("jax", "jax", "jax", {"amp": True}, 128),
          sweep_summary("jax"), needs=missing("jax")),
-    Step("tune", "a short scaling tune of ResNet-50", 300, tune_commands, tune_summary),
+    Step("tune", "a short scaling tune of ResNet-50", 270, tune_commands, tune_summary),
     Step("allreduce", "scaling allreduce under NCCL across the GPUs", 60,
          allreduce_commands, allreduce_summary,
          needs=lambda ctx: missing("torch")(ctx) if ctx.gpus > 1

@@ -79,6 +79,16 @@ def test_the_plan_adds_whole_chunks_to_the_asked_steps_after_a_warm_up_that_cali
     assert planned_steps(cell, 0.01) == 25 + 216
 
 
+def test_a_window_on_real_data_outlasts_what_its_loader_workers_hold_ready():
+    """Twelve workers hold 24 batches ready: the window times ten times that, in whole chunks,
+    so that the batches made during the warm-up are not most of what it measures."""
+    cell = {"steps": 30, "data": "/images", "loader_workers": 12}
+    assert planned_steps(cell, None) == 240
+    assert planned_steps({**cell, "loader_workers": 0}, None) == 30  # nothing is made ahead
+    assert planned_steps({**cell, "data": None}, None) == 30
+    assert planned_steps({**cell, "min_time_s": 10.0}, 0.03) == 30 + 3 * 124  # 400 to fill 12 s
+
+
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory) -> dict:
     """One rank, 25 steps, no minimum time."""
