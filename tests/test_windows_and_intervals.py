@@ -13,7 +13,7 @@ from scipy import stats
 
 from scaling.report.tables import with_scaling
 from scaling.uncertainty import throughput_interval
-from scaling.workers.loop import MAX_WINDOWS, chunk_length, planned_steps, warmup_steps
+from scaling.workers.window_plan import MAX_WINDOWS, chunk_length, planned_steps, warmup_steps
 
 TINY = ("--workload", "cifar10", "--image-size", "16", "--batch-size", "4")
 MIN_TIME_S = 1.5
