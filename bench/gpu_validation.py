@@ -1,7 +1,7 @@
 """Validate every CUDA path on real GPUs, through the real command line, in one command.
 
     PYTHONPATH=. python3 bench/gpu_validation.py --output bench/results/gpu-validation.json
-    PYTHONPATH=. python3 bench/gpu_validation.py --budget-s 480 --output "$OUT/gpu.json"
+    PYTHONPATH=. python3 bench/gpu_validation.py --budget-s 540 --output "$OUT/gpu.json"
     PYTHONPATH=. python3 bench/gpu_validation.py --steps throughput,reference --output FILE
     PYTHONPATH=. python3 bench/gpu_validation.py --dry-run --gpus 8
 
