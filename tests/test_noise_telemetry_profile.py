@@ -308,3 +308,22 @@ def test_energy_comes_from_the_devices_counters_where_nvml_gives_them(tmp_path):
     outcome = {"timed_images": 1000, "telemetry": telemetry}
     assert images_per_joule(outcome, nodes=1) == pytest.approx(2.0)
     assert images_per_joule({"timed_images": 1000, "telemetry": None}, nodes=1) is None
+
+
+def test_a_process_the_cell_starts_between_two_samples_is_the_cells_not_noise(tmp_path):
+    """A loader's workers start as a real-data window ends (its pipeline alone is timed next):
+    the interval that holds their start counts their CPU time as the cell's. Here the rank (pid 1)
+    used 0.9 s and a worker that did not exist at the first sample (pid 2) 0.8 s of the 1.8 s
+    the machine was busy in one second: 0.1 core is another process's."""
+    monitor = CellMonitor([], telemetry=True)
+    worker = {"rss_bytes": 2**20, "rank": None}
+    monitor.samples = [
+        {"t": 100.0, "busy_s": 50.0, "own_s": 3.0,
+         "processes": {1: {"cpu_s": 5.0, "rss_bytes": 2**30, "rank": 0}}},
+        {"t": 101.0, "busy_s": 51.8, "own_s": 3.0,
+         "processes": {1: {"cpu_s": 5.9, "rss_bytes": 2**30, "rank": 0},
+                       2: {"cpu_s": 0.8, **worker}}},
+    ]
+    watched = summarize_watch(monitor, (100.0, 101.0), 0.0, None, tmp_path)
+    assert watched["noise_cores"] == pytest.approx(0.1)
+    assert watched["noisy"] is False

@@ -191,14 +191,18 @@ class CellMonitor:
 
 
 def _intervals(samples: List[Dict], start: float, end: float) -> List[Dict]:
-    """What happened between consecutive samples, for the intervals that overlap the window."""
+    """What happened between consecutive samples, for the intervals that overlap the window.
+    The cell's CPU time in an interval is its processes' growth since the last sample, and all
+    of the time of a process that started since (a loader's workers, started as the window
+    ends): it is the cell's, not another process's."""
     intervals = []
     for before, after in zip(samples, samples[1:]):
         if after["t"] < start or before["t"] > end:
             continue
         seconds = after["t"] - before["t"]
-        cell = sum(max(0.0, after["processes"][pid]["cpu_s"] - proc["cpu_s"])
-                   for pid, proc in before["processes"].items() if pid in after["processes"])
+        earlier = {pid: proc["cpu_s"] for pid, proc in before["processes"].items()}
+        cell = sum(max(0.0, proc["cpu_s"] - earlier.get(pid, 0.0))
+                   for pid, proc in after["processes"].items())
         outside = (after["busy_s"] - before["busy_s"]) - (after["own_s"] - before["own_s"]) - cell
         intervals.append({"t": after["t"], "seconds": seconds, "cell_cores": cell / seconds,
                           "other_cores": max(0.0, outside / seconds), "sample": after,
