@@ -205,5 +205,6 @@ def main(argv: Optional[List[str]] = None) -> int:
           + (f"; not ok: {', '.join(failed)}" if failed else "") + f"; results in {args.output}")
     return 1 if failed else 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

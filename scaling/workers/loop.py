@@ -174,8 +174,9 @@ def input_references(session, cell: Dict, faults: common.FaultInjector) -> Dict:
     """For a cell on real data, after its window: the two figures its verdict needs.
 
     - ``loader_window``: the input pipeline alone, a fresh one with the same workers and shard,
-      pulling ``steps`` batches (at least :func:`ready_floor`) after ``warmup`` (which start
-      its workers) with no model, on every rank at once between two barriers;
+      pulling ``steps`` batches (at least :func:`scaling.workers.window_plan.ready_floor`)
+      after ``warmup`` (which start its workers) with no model, on every rank at once between
+      two barriers;
     - ``synthetic_window``: the same model, threads and steps on one synthetic batch, timed as
       the cell's own window.
     """

@@ -34,8 +34,8 @@ than in the warm-up, and a machine whose load lifts runs the next window faster 
 
 READY_PER_WORKER = 2
 """Batches an input pipeline holds ready per loader worker: PyTorch's ``prefetch_factor``
-(``scaling.workers.pytorch.input``); TensorFlow's autotuned prefetch and Grain's workers hold
-about as many."""
+(``scaling.workers.pytorch.input``), taken for TensorFlow's autotuned prefetch and Grain's
+workers too (theirs was not measured)."""
 
 READY_MULTIPLE = 10
 """A window on real data times at least this many times the batches its pipeline holds ready:
