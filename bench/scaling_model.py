@@ -48,7 +48,8 @@ FIELDS = ("images_per_sec", "images_per_sec_ci95", "baseline_images_per_sec",
           "contention_s", "contention_s_low", "contention_s_high", "interference_s",
           "interference_s_low", "interference_s_high", "predicted_images_per_sec",
           "predicted_images_per_sec_low", "predicted_images_per_sec_high",
-          "prediction_ratio", "loss_term", "prediction_error", "prediction_error_low",
+          "prediction_ratio", "loss_term", "beside_share", "prediction_error",
+          "prediction_error_low",
           "prediction_error_high", "prediction_error_from")
 WITHOUT = {"contention": {"local_step_s": None},
            "communication beside compute": {"local_step_communicating_s": None}}
@@ -174,8 +175,11 @@ def main():
                         help="leave out the 4-device curve")
     parser.add_argument("--launchers", default=",".join(name for _, name in LAUNCHERS),
                         help="the single-node launchers to measure, comma-separated")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep what an existing --output holds of the rows this run does "
+                             "not measure")
     args = parser.parse_args()
-    results = {"launchers": []}
+    results = kept(args)
     with tempfile.TemporaryDirectory() as scratch:
         for framework, launcher in LAUNCHERS:
             if launcher not in args.launchers.split(","):
@@ -192,6 +196,22 @@ def main():
             results["leave_one_out"] = leave_one_out_summary(
                 [leave_one_out_run(repeat, Path(scratch)) for repeat in range(args.runs)])
             write(args, results)
+
+
+def kept(args) -> dict:
+    """With ``--merge``, the rows of an existing ``--output`` that this run does not measure
+    again; otherwise none."""
+    if not (args.merge and args.output and args.output.exists()):
+        return {"launchers": []}
+    before = json.loads(args.output.read_text())
+    measured = set(args.launchers.split(","))
+    if args.slurm:
+        measured.add("torchrun over 2 Slurm nodes")
+    results = {"launchers": [row for row in before["launchers"]
+                             if row["launcher"] not in measured]}
+    if not args.leave_one_out and "leave_one_out" in before:
+        results["leave_one_out"] = before["leave_one_out"]
+    return results
 
 
 def write(args, results) -> None:

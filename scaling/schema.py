@@ -76,7 +76,8 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "amp_dtype": "the autocast dtype under mixed precision, or null",
     "compile_s": "seconds that compilation took, before the warm-up",
     "step_breakdown": "with profile: {compute, communication, idle}, fractions of the profiled "
-                      "steps (scaling.workers.breakdown)",
+                      "steps, and communication_beside where the trace shows the collectives "
+                      "(scaling.workers.breakdown)",
     "trace": "with profile: this rank's Chrome trace, cells/CELL/trace-rank{N}.json",
     "profile_error": "with profile: why there is no breakdown",
     "data_sums": "one per replica the process drives: the sum of its input images (each "
@@ -176,8 +177,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "steps_planned": "the largest of the ranks' planned steps (their rank reports'), agreed "
                      "before the window",
     "steps_timed": "steps each rank timed",
-    "step_breakdown": "with profile: {compute, communication, idle} fractions of a step, the "
-                      "mean over ranks",
+    "step_breakdown": "with profile: {compute, communication, idle} fractions of a step, and "
+                      "communication_beside where the trace shows the collectives, the mean "
+                      "over the ranks that have each",
     "step_time_median_s": "median over ranks of their median step time",
     "step_time_p95_s": "largest 95th percentile step time of any rank",
     "peak_memory_bytes": "largest peak memory of any rank",

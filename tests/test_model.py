@@ -148,6 +148,25 @@ def test_communication_beside_the_compute_is_measured_in_the_same_cell():
     assert found["loss_term"] == "communication beside compute"
 
 
+def test_communication_beside_the_compute_is_charged_only_for_the_share_that_runs_there():
+    timed = {"local_step_s": 0.2, "local_step_communicating_s": 0.3,
+             "baseline_local_step_s": 0.2}
+    # The trace sees the collectives and none of them under a compute-only thread (as
+    # tf.distribute runs them after the backward pass): paid once, as exposed communication.
+    after = {"compute": 0.7, "communication": 0.25, "idle": 0.05, "communication_beside": 0.0}
+    found = prediction(row(2, 40.0, step_breakdown=after, **timed))
+    assert (found["beside_share"], found["interference_s"]) == (0.0, 0.0)
+    assert found["predicted_images_per_sec"] == pytest.approx(16 / (0.2 + 0.25 * 0.4))
+    # A quarter of them beside the compute: a quarter of the slowing.
+    quarter = {**after, "communication_beside": 0.25 / 3}
+    found = prediction(row(2, 40.0, step_breakdown=quarter, **timed))
+    assert (found["beside_share"], found["interference_s"]) == pytest.approx((0.25, 0.025))
+    # Collectives the trace cannot see (DDP's threads on CPU, timed by the worker): all of it.
+    unseen = {"compute": 0.7, "communication": 0.25, "idle": 0.05}
+    assert prediction(row(2, 40.0, step_breakdown=unseen, **timed))[
+        "interference_s"] == pytest.approx(0.1)
+
+
 def test_forward_needs_no_allreduce_and_missing_inputs_give_none():
     assert prediction(row(2, 70.0, mode="forward", allreduce_time_s=None))[
         "predicted_images_per_sec"] == pytest.approx(80.0)

@@ -181,13 +181,16 @@ def test_profile_splits_the_step_into_compute_communication_and_idle(
                      "--profile")
     assert record["profile"] is True and record["steps_timed"] == 2
     breakdown = record["step_breakdown"]
-    assert set(breakdown) == {"compute", "communication", "idle"}
-    assert sum(breakdown.values()) == pytest.approx(1.0)
+    parts = ("compute", "communication", "idle")
+    assert sum(breakdown[part] for part in parts) == pytest.approx(1.0)
     assert all(0 <= share <= 1 for share in breakdown.values())
     assert breakdown["compute"] > 0
     # Under torch DDP on CPU the trace cannot see gloo's allreduce; the bucket timings show
-    # the wait for the last bucket after the backward pass.
+    # the wait for the last bucket after the backward pass, and nothing says what ran beside
+    # the compute. The other frameworks' traces show their collectives, and that share.
     assert breakdown["communication"] > 0
+    beside = set() if framework == "torch" else {"communication_beside"}
+    assert set(breakdown) == {*parts, *beside}
     traced = [report for report in rank_reports(record) if report.get("trace")]
     assert traced and traced[0]["rank"] == 0
     for report in traced:
@@ -211,9 +214,31 @@ def test_breakdown_counts_only_communication_that_compute_does_not_hide():
         {"name": "gloo:all_reduce", "ts": 30, "dur": 30, "cat": "cpu_op", "ph": "X"},
         {"name": "aten::add_", "ts": 80, "dur": 20, "cat": "cpu_op", "ph": "X"},
     ]
-    # span 100: compute 60, communication 60-40 = 20 not hidden, idle 60..80 = 20
+    # span 100: compute 60, communication 60-40 = 20 not hidden, idle 60..80 = 20; one thread
+    # computes and communicates in turn, so nothing of it ran beside the compute
     assert step_breakdown(events, on_device=False) == pytest.approx(
-        {"compute": 0.6, "communication": 0.2, "idle": 0.2})
+        {"compute": 0.6, "communication": 0.2, "idle": 0.2, "communication_beside": 0.0})
+
+
+def test_communication_beside_the_compute_is_what_runs_under_threads_that_never_communicate():
+    def event(name, ts, dur, tid):
+        return {"name": name, "ts": ts, "dur": dur, "cat": "cpu_op", "ph": "X", "pid": 1,
+                "tid": tid}
+
+    # A launcher's communication thread (2) beside the training thread (1), as DDP runs it:
+    # 20 of its 30 under the compute of a thread that never communicates.
+    beside = [event("aten::conv2d", 0, 50, 1), event("gloo:all_reduce", 30, 30, 2),
+              event("aten::add_", 80, 20, 1)]
+    assert step_breakdown(beside, on_device=False) == pytest.approx(
+        {"compute": 0.7, "communication": 0.1, "idle": 0.2, "communication_beside": 0.2})
+    # Two devices of one process (threads 1 and 2), each computing and then reducing (named as
+    # XLA names them on CPU): thread 2 waits in its allreduce while thread 1 still computes.
+    # That is a wait, not overlap.
+    waiting = [event("conv", 0, 60, 1), event("conv", 0, 40, 2),
+               event("collective:all-reduce", 40, 30, 2),
+               event("collective:all-reduce", 60, 10, 1)]
+    assert step_breakdown(waiting, on_device=False) == pytest.approx(
+        {"compute": 60 / 70, "communication": 10 / 70, "idle": 0.0, "communication_beside": 0.0})
 
 
 class FakeNvml:

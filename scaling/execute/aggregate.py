@@ -19,11 +19,13 @@ def _failed(report: Dict) -> Dict:
 
 
 def _mean_breakdown(reports: List[Dict]) -> Optional[Dict[str, float]]:
-    """The ranks' step breakdowns, averaged; None when no rank profiled."""
+    """The ranks' step breakdowns, each share averaged over the ranks that have it; None when
+    no rank profiled."""
     found = [r["step_breakdown"] for r in reports if r.get("step_breakdown")]
     if not found:
         return None
-    return {share: statistics.fmean(b[share] for b in found) for share in found[0]}
+    shares = dict.fromkeys(share for breakdown in found for share in breakdown)
+    return {share: statistics.fmean(b[share] for b in found if share in b) for share in shares}
 
 
 def summarize(

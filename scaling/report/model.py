@@ -12,7 +12,14 @@ arithmetic, with each term's 95% interval):
   (``local_step_s`` of each, timed in chunks after their windows); its sign is kept;
 - communication beside the compute (``interference_s``): how much longer the same passes take
   in the same cell with an allreduce of the gradient bytes in flight beside each
-  (``local_step_communicating_s``): the launcher's communication threads at work;
+  (``local_step_communicating_s``): the launcher's communication threads at work. It is
+  charged in proportion to the communication that the launcher runs beside its compute
+  (``beside_share``): from the profile, the collectives under compute of threads that never
+  communicate over those plus the exposed ones (``communication_beside`` of the step
+  breakdown). A launcher that runs its collectives after the backward pass, as tf.distribute
+  and XLA on CPU do, pays for them as exposed communication, not twice; where the trace cannot
+  see the collectives (DDP's and Horovod's threads on CPU) or the cell was not profiled, the
+  share is 1;
 - the exposed communication: the part of the allreduce, timed in the cell after its window
   (``allreduce_time_s``), that the launcher does not hide: the profile's communication share
   of the step where the cell has one, otherwise a band from full overlap of the backward pass
@@ -31,7 +38,7 @@ from typing import Dict, List, Optional, Tuple
 from scaling.launchers.single import BASELINE_LAUNCHER
 from scaling.report.baseline import single_key
 from scaling.report.extrapolation import (Term, compute_term, difference, leave_one_out,
-                                          measured, rate, step_term, total)
+                                          measured, rate, scaled, step_term, total)
 from scaling.uncertainty import relative_half_width
 
 TERMS = {"launcher_s": "the launcher", "contention_s": "contention",
@@ -40,7 +47,7 @@ TERMS = {"launcher_s": "the launcher", "contention_s": "contention",
 
 MODEL_FIELDS = ("model_input", "predicted_images_per_sec", "predicted_images_per_sec_low",
                 "predicted_images_per_sec_high", "prediction_ratio", "loss_term",
-                "loss_term_share",
+                "loss_term_share", "beside_share",
                 *(f"{name}{end}" for name in TERMS for end in ("", "_low", "_high")))
 
 
@@ -68,14 +75,26 @@ def contention_term(row: Dict, alone_ci95: Optional[List[float]] = None) -> Opti
                       measured(alone, alone_ci95))
 
 
+def beside_share(row: Dict) -> float:
+    """The share of the cell's communication that ran beside its compute: the profile's
+    ``communication_beside`` over it plus the exposed ``communication``; 1 where the
+    breakdown has no such share (collectives the trace cannot see, or no profile)."""
+    breakdown = row.get("step_breakdown") or {}
+    beside = breakdown.get("communication_beside")
+    if beside is None or beside + breakdown["communication"] <= 0:
+        return 1.0
+    return beside / (beside + breakdown["communication"])
+
+
 def interference_term(row: Dict) -> Optional[Term]:
-    """The cell's local step with an allreduce in flight beside it less without; None where
-    not timed."""
+    """The cell's local step with an allreduce in flight beside it less without, times
+    :func:`beside_share`; None where not timed."""
     if not row.get("local_step_communicating_s") or not row.get("local_step_s"):
         return None
-    return difference(measured(row["local_step_communicating_s"],
-                               row.get("local_step_communicating_s_ci95")),
-                      measured(row["local_step_s"], row.get("local_step_s_ci95")))
+    return scaled(difference(measured(row["local_step_communicating_s"],
+                                      row.get("local_step_communicating_s_ci95")),
+                             measured(row["local_step_s"], row.get("local_step_s_ci95"))),
+                  beside_share(row))
 
 
 def _fields(name: str, term: Optional[Term]) -> Dict:
@@ -97,6 +116,8 @@ def prediction(row: Dict, alone_ci95: Optional[List[float]] = None) -> Dict:
              "interference_s": interference_term(row)}
     for name, term in terms.items():
         fields.update(_fields(name, term))
+    if terms["interference_s"] is not None:
+        fields["beside_share"] = beside_share(row)
     devices = row["total_devices"]
     if devices == 1:
         own = row["launcher"] == row.get("baseline_launcher")

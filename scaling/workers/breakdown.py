@@ -11,8 +11,18 @@ span of those steps splits into:
   communication that overlaps compute costs nothing here;
 - ``idle``: the rest: host gaps, waiting, and on a GPU the device idle between kernels.
 
+Apart from these three, ``communication_beside`` is the share of the span in which
+communication ran while threads (on a GPU, streams) that never communicate computed: the
+launcher's communication beside the compute, as DDP's and Horovod's threads or an NCCL stream
+run it. A thread that both computes and communicates is one device's program: where one device
+of a process waits in a collective while another computes, the devices wait for each other;
+that is neither exposed nor beside. The scaling model charges the compute's slowing by
+communication (``interference_s``) only in proportion to this share
+(``scaling.report.model``).
+
 Communication the trace cannot see (torch DDP's gloo allreduce on CPU runs in gloo's threads)
-is timed by the worker and moved into ``communication`` (:func:`with_exposed_communication`).
+is timed by the worker and moved into ``communication`` (:func:`with_exposed_communication`);
+such a breakdown has no ``communication_beside``.
 """
 
 from __future__ import annotations
@@ -97,14 +107,22 @@ def step_breakdown(events: List[Dict], on_device: bool) -> Optional[Dict[str, fl
     for event in events:
         interval = (event["ts"], event["ts"] + event["dur"])
         if COMMUNICATION.search(event["name"]):
-            communication.append(interval)
+            communication.append((interval, _thread(event)))
         elif not on_device or event.get("cat") == "kernel":
-            compute.append(interval)
-    compute_union = union(compute)
-    exposed = minus(union(communication), compute_union)
+            compute.append((interval, _thread(event)))
+    communicating = {thread for _, thread in communication}
+    communication_union = union(interval for interval, _ in communication)
+    compute_union = union(interval for interval, _ in compute)
+    exposed = minus(communication_union, compute_union)
+    beside = minus(communication_union, minus(communication_union, union(
+        interval for interval, thread in compute if thread not in communicating)))
     shares = {"compute": length(compute_union) / total, "communication": length(exposed) / total}
     shares["idle"] = max(0.0, 1.0 - shares["compute"] - shares["communication"])
-    return shares
+    return {**shares, "communication_beside": length(beside) / total}
+
+
+def _thread(event: Dict) -> Tuple:
+    return event.get("pid"), event.get("tid")
 
 
 def breakdown_of_trace(path: str, on_device: bool) -> Optional[Dict]:
