@@ -28,6 +28,10 @@ from scaling.report.model import with_predictions
 from scaling.report.tables import cell_summary, series_key, with_scaling
 
 ROOT = Path(__file__).resolve().parents[1]
+TERMS = ("repeat", "images_per_sec", "baseline_images_per_sec", "launcher_s", "contention_s",
+         "interference_s", "allreduce_time_s", "predicted_images_per_sec", "prediction_ratio",
+         "loss_term")
+"""Each multi-device repeat's inputs and terms of the model, as the record has them."""
 
 
 def one_run(out: Path) -> dict:
@@ -57,6 +61,8 @@ def one_run(out: Path) -> dict:
             "parallel_overhead_interval": [group[0]["parallel_overhead_low"],
                                            group[0]["parallel_overhead_high"]],
             "prediction_ratio": statistics.median(ratios) if ratios else None,
+            "model_terms": [{name: row.get(name) for name in TERMS} for row in group
+                            if devices > 1],
         }
     return {"folder": str(out), "sweep_s": time.perf_counter() - started,
             "curves": len({series_key(row) for row in rows}), "points": points}
