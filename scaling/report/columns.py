@@ -78,11 +78,11 @@ SCALING_FIELDS: Dict[str, str] = {
     "interference_s": "(local_step_communicating_s - local_step_s) x beside_share: how much "
                       "longer the compute takes with an allreduce of the gradient bytes in "
                       "flight beside it, for the share of the communication that runs there",
+    "interference_s_low": "lower end of interference_s's interval",
+    "interference_s_high": "upper end of interference_s's interval",
     "beside_share": "the share of the cell's communication that runs beside its compute: the "
                     "profile's communication_beside over it plus the exposed communication; 1 "
                     "where the trace cannot see the collectives or the cell was not profiled",
-    "interference_s_low": "lower end of interference_s's interval",
-    "interference_s_high": "upper end of interference_s's interval",
     "prediction_error": "on the largest point of a curve with two or more multi-device points "
                         "(any node count): measured / predicted - 1, the prediction from the "
                         "curve's other points alone (scaling.report.extrapolation.leave_one_out)",
