@@ -51,6 +51,8 @@ FIELDS = ("images_per_sec", "images_per_sec_ci95", "baseline_images_per_sec",
           "prediction_ratio", "loss_term", "beside_share", "prediction_error",
           "prediction_error_low",
           "prediction_error_high", "prediction_error_from")
+TWO_NODES = "torchrun over 2 Slurm nodes"
+"""The two-node row's launcher label in the results."""
 WITHOUT = {"contention": {"local_step_s": None},
            "communication beside compute": {"local_step_communicating_s": None}}
 """The model's measured terms left out, for comparison: the record fields that drop each (the
@@ -189,7 +191,7 @@ def main():
             results["launchers"].append(summary(framework, launcher, runs))
             write(args, results)
         if args.slurm:
-            results["launchers"].append(summary("torch", "torchrun over 2 Slurm nodes",
+            results["launchers"].append(summary("torch", TWO_NODES,
                                                 two_node_runs(args.runs, Path(scratch))))
             write(args, results)
         if args.leave_one_out:
@@ -206,7 +208,7 @@ def kept(args) -> dict:
     before = json.loads(args.output.read_text())
     measured = set(args.launchers.split(","))
     if args.slurm:
-        measured.add("torchrun over 2 Slurm nodes")
+        measured.add(TWO_NODES)
     results = {"launchers": [row for row in before["launchers"]
                              if row["launcher"] not in measured]}
     if not args.leave_one_out and "leave_one_out" in before:

@@ -86,15 +86,15 @@ def beside_share(row: Dict) -> float:
     return beside / (beside + breakdown["communication"])
 
 
-def interference_term(row: Dict) -> Optional[Term]:
+def interference_term(row: Dict, share: float) -> Optional[Term]:
     """The cell's local step with an allreduce in flight beside it less without, times
-    :func:`beside_share`; None where not timed."""
+    ``share`` (:func:`beside_share`); None where not timed."""
     if not row.get("local_step_communicating_s") or not row.get("local_step_s"):
         return None
     return scaled(difference(measured(row["local_step_communicating_s"],
                                       row.get("local_step_communicating_s_ci95")),
                              measured(row["local_step_s"], row.get("local_step_s_ci95"))),
-                  beside_share(row))
+                  share)
 
 
 def _fields(name: str, term: Optional[Term]) -> Dict:
@@ -110,14 +110,14 @@ def prediction(row: Dict, alone_ci95: Optional[List[float]] = None) -> Dict:
     fields = dict.fromkeys(MODEL_FIELDS)
     if row["status"] != "ok" or not row.get("baseline_images_per_sec"):
         return fields
-    compute = compute_term(row)
+    compute, share = compute_term(row), beside_share(row)
     terms = {"launcher_s": launcher_term(row, compute.value),
              "contention_s": contention_term(row, alone_ci95),
-             "interference_s": interference_term(row)}
+             "interference_s": interference_term(row, share)}
     for name, term in terms.items():
         fields.update(_fields(name, term))
     if terms["interference_s"] is not None:
-        fields["beside_share"] = beside_share(row)
+        fields["beside_share"] = share
     devices = row["total_devices"]
     if devices == 1:
         own = row["launcher"] == row.get("baseline_launcher")

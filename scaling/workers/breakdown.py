@@ -114,11 +114,12 @@ def step_breakdown(events: List[Dict], on_device: bool) -> Optional[Dict[str, fl
     communication_union = union(interval for interval, _ in communication)
     compute_union = union(interval for interval, _ in compute)
     exposed = minus(communication_union, compute_union)
-    beside = minus(communication_union, minus(communication_union, union(
-        interval for interval, thread in compute if thread not in communicating)))
+    unshared = minus(communication_union, union(
+        interval for interval, thread in compute if thread not in communicating))
     shares = {"compute": length(compute_union) / total, "communication": length(exposed) / total}
     shares["idle"] = max(0.0, 1.0 - shares["compute"] - shares["communication"])
-    return {**shares, "communication_beside": length(beside) / total}
+    beside = length(communication_union) - length(unshared)
+    return {**shares, "communication_beside": beside / total}
 
 
 def _thread(event: Dict) -> Tuple:
