@@ -16,6 +16,7 @@ from test_slurm import (by_cell, cluster, own_cluster, scaling, scaling_ok,  # n
                         task_states)
 
 from scaling.execute.preflight import PREFLIGHT_FILE
+from scaling.report.tables import with_scaling
 from scaling.slurm.allocation import allocation_time
 from scaling.slurm.queue import VANISH_GRACE_ENV
 from scaling.slurm.submit import read_ledger, steps_started
@@ -66,6 +67,11 @@ def test_a_sweep_over_one_and_two_nodes_runs_in_one_job_a_curve_on_the_same_node
             assert [n["node"] for n in slurm["nodes"]] == [first]
     assert steps_started(out, name) == [r["cell"] for r in records]
     assert "4 cells: 4 ok" in scaling_ok(cluster, "status", out).stdout
+    # Every point names the hosts its baseline ran on: the 1-node cells' own host.
+    one_node_hosts = sorted({host for r in records if r["nodes"] == 1 for host in r["hosts"]})
+    assert len(one_node_hosts) == 1
+    for row in with_scaling(records):
+        assert row["baseline_hosts"] == one_node_hosts, row["cell"]
 
 
 @pytest.mark.slow
