@@ -16,8 +16,8 @@ from scaling.execute.preflight import PREFLIGHT_FILE
 SLOW_SHARE = 0.2
 """The slowed node's quota: a fifth of a core."""
 THRESHOLD = 30
-"""The two nodes share this machine's two cores with whatever else runs, so the test flags
-at 30% below the fleet's median, beyond what sharing moves, and well short of the slowdown."""
+"""The two nodes share this machine's two cores with whatever else runs, so the preflight with
+neither node slowed flags only at 30% below the fleet's median, beyond what sharing moves."""
 PREFLIGHT = ("preflight", "--backend", "slurm", "--nodes", 2, "--device-type", "cpu",
              "--devices", 1, "--threads-per-device", 1, "--repeats", 2, "--threshold",
              THRESHOLD, "--wait")
@@ -36,13 +36,25 @@ def scaling(cluster, *args):
                           capture_output=True, text=True, env=cluster.env, timeout=900)
 
 
-@pytest.mark.slow
-def test_preflight_flags_the_slowed_node_alone_and_passes_once_it_is_lifted(cluster,
-                                                                             tmp_path):
+@pytest.fixture(scope="module")
+def slowed_sweep(cluster, tmp_path_factory):
+    """A sweep with ``--preflight`` while n2 is slowed: its output and its folder. The
+    preflight the sweep runs first is the one ``scaling preflight`` runs (the same job, judged
+    and printed by the same code), so the tests below read its verdict; whether a flagged node
+    makes ``scaling preflight`` exit 1 is a test of its own (tests/test_preflight.py)."""
+    folder = tmp_path_factory.mktemp("slowed-sweep")
+    config = write_sweep(folder / "sweep.yaml", single_baseline=True, steps=2, warmup=1)
     with cluster.slowed("n2", SLOW_SHARE):
-        slowed = scaling(cluster, *PREFLIGHT, "--out", tmp_path / "slowed")
-    assert slowed.returncode == 1, slowed.stdout + slowed.stderr
-    verdict = json.loads((tmp_path / "slowed" / PREFLIGHT_FILE).read_text())
+        swept = scaling(cluster, "sweep", config, "--preflight", "--backend", "slurm", "--wait",
+                        "--out", folder / "out")
+    assert swept.returncode == 0, swept.stdout + swept.stderr
+    return swept, folder / "out"
+
+
+@pytest.mark.slow
+def test_preflight_flags_the_slowed_node_alone(slowed_sweep):
+    swept, out = slowed_sweep
+    verdict = json.loads((out / PREFLIGHT_FILE).read_text())
     assert (verdict["flagged"], verdict["nodelist"]) == (["n2"], "n1")
     fast, slow = verdict["nodes"]
     assert (fast["host"], slow["host"]) == ("n1", "n2")
@@ -50,11 +62,14 @@ def test_preflight_flags_the_slowed_node_alone_and_passes_once_it_is_lifted(clus
     for name in ("matmul_tflops", "triad_GBps", "cell_images_per_sec"):
         assert slow["figures"][name]["value"] < fast["figures"][name]["value"]
     assert slow["figures"]["pair_busbw_GBps"] == fast["figures"]["pair_busbw_GBps"]
-    assert "--nodelist n1" in slowed.stdout and "--exclude n2" in slowed.stdout
+    assert "--nodelist n1" in swept.stdout and "--exclude n2" in swept.stdout
 
-    lifted = scaling(cluster, *PREFLIGHT, "--out", tmp_path / "lifted")
+
+@pytest.mark.slow
+def test_preflight_passes_every_node_when_none_is_slowed(cluster, tmp_path):
+    lifted = scaling(cluster, *PREFLIGHT, "--out", tmp_path)
     assert lifted.returncode == 0, lifted.stdout + lifted.stderr
-    verdict = json.loads((tmp_path / "lifted" / PREFLIGHT_FILE).read_text())
+    verdict = json.loads((tmp_path / PREFLIGHT_FILE).read_text())
     assert verdict["flagged"] == [] and verdict["nodelist"] == "n1,n2"
 
 
@@ -72,14 +87,8 @@ def test_a_two_node_cell_names_the_slowed_nodes_rank_as_its_straggler(cluster, t
 
 
 @pytest.mark.slow
-def test_a_sweep_with_preflight_keeps_its_cells_off_the_slowed_node(cluster, tmp_path):
-    config = write_sweep(tmp_path / "sweep.yaml", single_baseline=True, steps=2, warmup=1)
-    with cluster.slowed("n2", SLOW_SHARE):
-        swept = scaling(cluster, "sweep", config, "--preflight", "--backend", "slurm", "--wait",
-                        "--out", tmp_path / "out")
-    assert swept.returncode == 0, swept.stdout + swept.stderr
-    verdict = json.loads((tmp_path / "out" / PREFLIGHT_FILE).read_text())
-    assert verdict["flagged"] == ["n2"]
-    records = read_records(tmp_path / "out")
+def test_a_sweep_with_preflight_keeps_its_cells_off_the_slowed_node(slowed_sweep):
+    _, out = slowed_sweep
+    records = read_records(out)
     assert [r["launcher"] for r in records].count("torchrun") == 1
     assert {r["slurm"]["node_list"] for r in records} == {"n1"}
