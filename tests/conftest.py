@@ -13,19 +13,20 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cpugroup import join
 from slurmcluster import wait_until  # noqa: F401  (the tests' one wait on a condition)
 
 from scaling.execute.ceiling import CEILINGS_ENV
 from scaling.execute.processes import TOKEN_ENV
 
 
-def scaling_cli(*args, env=None, timeout=900, nice=0) -> subprocess.CompletedProcess:
-    """The command line in a fresh process; ``nice`` below 0 runs it (and the workers it
-    starts) ahead of the neighbouring tests' processes for the host's cores."""
+def scaling_cli(*args, env=None, timeout=900, cpu_group=None) -> subprocess.CompletedProcess:
+    """The command line in a fresh process; with ``cpu_group`` (tests/cpugroup.py) it, and
+    every process it starts, runs in that group."""
     return subprocess.run(
         [sys.executable, "-m", "scaling", *map(str, args)],
         capture_output=True, text=True, timeout=timeout, env=env,
-        preexec_fn=(lambda: os.nice(nice)) if nice else None,
+        preexec_fn=(lambda: join(cpu_group)) if cpu_group else None,
     )
 
 

@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import psutil
-import pytest
-
-CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
+from cpugroup import cpu_group
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
 
@@ -139,26 +137,13 @@ class SlurmCluster:
     @contextlib.contextmanager
     def slowed(self, name: str, share: float):
         """Node ``name`` really slowed while inside: its ``slurmd``, and so every process it
-        starts from now on, under a CPU quota of ``share`` of one core (a cgroup v1 ``cpu``
-        controller, each 10 ms period). Skips the test where cgroups cannot be written."""
-        group = CPU_CGROUPS / f"scaling-{self.root.name}-{name}"
-        try:
-            group.mkdir()
-        except OSError as error:
-            pytest.skip(f"no writable cgroup cpu controller to slow a node: {error}")
-        (group / "cpu.cfs_period_us").write_text("10000")
-        (group / "cpu.cfs_quota_us").write_text(str(int(share * 10000)))
-        pid = (self.root / f"slurmd-{name}.pid").read_text().split()[0]
-        (group / "cgroup.procs").write_text(pid)
-        try:
+        starts from now on, under a CPU quota of ``share`` of one core (each 10 ms period).
+        Skips the test where cgroups cannot be written."""
+        with cpu_group(f"scaling-{self.root.name}-{name}", cfs_period_us=10000,
+                       cfs_quota_us=int(share * 10000)) as group:
+            pid = (self.root / f"slurmd-{name}.pid").read_text().split()[0]
+            (group / "cgroup.procs").write_text(pid)
             yield
-        finally:
-            for left in (group / "cgroup.procs").read_text().split():
-                try:
-                    (CPU_CGROUPS / "cgroup.procs").write_text(left)
-                except OSError:
-                    continue
-            group.rmdir()
 
     def _stop_daemons(self) -> None:
         pids = []

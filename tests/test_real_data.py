@@ -7,9 +7,12 @@ the report says from the three figures whether the input is the bound.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from click.testing import CliRunner
 from conftest import read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_records
+from cpugroup import AHEAD_SHARES, cpu_group
 
 from scaling.cli import cli
 from scaling.report.input import verdict
@@ -51,13 +54,21 @@ def test_each_framework_trains_on_real_images_on_one_and_two_devices(
         assert field in csv_header
 
 
-def verdict_of(tmp_path, data, *args):
-    """The record and CSV row of one single-threaded cell on ``data``. Its verdict compares
-    figures timed one after another, so it runs ahead of the neighbouring tests: a neighbour's
-    load that comes and goes between them would otherwise move their ratio by as much as the
-    verdict's margins."""
+@pytest.fixture
+def ahead(tmp_path):
+    """A CPU group ahead of the neighbouring tests' processes."""
+    with cpu_group(f"scaling-ahead-{os.getpid()}-{tmp_path.name}",
+                   shares=AHEAD_SHARES) as group:
+        yield group
+
+
+def verdict_of(tmp_path, data, group, *args):
+    """The record and CSV row of one single-threaded cell on ``data``, run in ``group``. Its
+    verdict compares figures timed one after another: sharing a core with a neighbouring test
+    halves the cell's pace, and whether it shares one changes as the scheduler moves the
+    processes, by more than the verdict's margins between two figures."""
     scaling_cli_ok("run", *args, "--device-type", "cpu", "--threads-per-device", 1,
-                   "--data", data, "--out", tmp_path, nice=-10)
+                   "--data", data, "--out", tmp_path, cpu_group=group)
     scaling_cli_ok("report", tmp_path)
     [row] = [line for line in (tmp_path / "results.csv").read_text().splitlines()[1:]]
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
@@ -65,12 +76,13 @@ def verdict_of(tmp_path, data, *args):
 
 
 @pytest.mark.slow
-def test_a_small_model_decoding_large_images_in_its_own_process_is_input_bound(tmp_path):
+def test_a_small_model_decoding_large_images_in_its_own_process_is_input_bound(tmp_path,
+                                                                               ahead):
     data = tmp_path / "large"
     scaling_cli_ok("make-data", data, "--images", 16, "--size", 2048, "--classes", 2)
     # Both phases decode in this process, so they run at nearly one pace (the pipeline alone
     # within 2% of the cell on a quiet machine): twelve steps each average over seconds.
-    record, row = verdict_of(tmp_path / "run", data, "--workload", "mnist_mlp",
+    record, row = verdict_of(tmp_path / "run", data, ahead, "--workload", "mnist_mlp",
                              "--batch-size", 8, "--steps", 12, "--warmup", 2,
                              "--loader-workers", 0)
     assert record["images_per_sec"] < 0.95 * record["synthetic_images_per_sec"]
@@ -80,8 +92,9 @@ def test_a_small_model_decoding_large_images_in_its_own_process_is_input_bound(t
 
 @pytest.mark.slow
 def test_the_same_model_at_a_large_size_fed_fast_enough_is_not_input_bound(tmp_path,
-                                                                             small_images):
-    record, row = verdict_of(tmp_path, small_images, "--workload", "mnist_mlp",
+                                                                             small_images,
+                                                                             ahead):
+    record, row = verdict_of(tmp_path, small_images, ahead, "--workload", "mnist_mlp",
                              "--image-size", 224, "--batch-size", 8, "--steps", 6,
                              "--warmup", 2, "--loader-workers", 1)
     assert record["loader_images_per_sec"] > 1.5 * record["images_per_sec"]
