@@ -41,7 +41,7 @@ def slowed_sweep(cluster, tmp_path_factory):
     """A sweep with ``--preflight`` while n2 is slowed: its output and its folder. The
     preflight the sweep runs first is the one ``scaling preflight`` runs (the same job, judged
     and printed by the same code), so the tests below read its verdict; whether a flagged node
-    makes ``scaling preflight`` exit 1 is a test of its own (tests/test_preflight.py)."""
+    makes ``scaling preflight`` exit 1 is a test of its own, against a baseline."""
     folder = tmp_path_factory.mktemp("slowed-sweep")
     config = write_sweep(folder / "sweep.yaml", single_baseline=True, steps=2, warmup=1)
     with cluster.slowed("n2", SLOW_SHARE):
@@ -66,11 +66,29 @@ def test_preflight_flags_the_slowed_node_alone(slowed_sweep):
 
 
 @pytest.mark.slow
-def test_preflight_passes_every_node_when_none_is_slowed(cluster, tmp_path):
-    lifted = scaling(cluster, *PREFLIGHT, "--out", tmp_path)
-    assert lifted.returncode == 0, lifted.stdout + lifted.stderr
-    verdict = json.loads((tmp_path / PREFLIGHT_FILE).read_text())
+def test_preflight_passes_every_node_and_exits_1_once_one_is_below_its_baseline(cluster,
+                                                                                tmp_path):
+    passed = scaling(cluster, *PREFLIGHT, "--out", tmp_path / "fleet", "--save-baseline",
+                     tmp_path / "baseline.json")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    verdict = json.loads((tmp_path / "fleet" / PREFLIGHT_FILE).read_text())
     assert verdict["flagged"] == [] and verdict["nodelist"] == "n1,n2"
+
+    # n1 once had 100 times its memory bandwidth, and both nodes a tenth of their other
+    # figures: far enough that sharing the cores between the two checks moves no verdict.
+    baseline = json.loads((tmp_path / "baseline.json").read_text())
+    for node in baseline["nodes"]:
+        for name, figure in node["figures"].items():
+            figure["value"] *= 100 if (node["host"], name) == ("n1", "triad_GBps") else 0.1
+    (tmp_path / "faster.json").write_text(json.dumps(baseline))
+    judged = scaling(cluster, *PREFLIGHT, "--baseline", tmp_path / "faster.json",
+                     "--out", tmp_path / "judged")
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    verdict = json.loads((tmp_path / "judged" / PREFLIGHT_FILE).read_text())
+    assert (verdict["flagged"], verdict["nodelist"]) == (["n1"], "n2")
+    [n1] = [node for node in verdict["nodes"] if node["host"] == "n1"]
+    assert list(n1["flags"]) == ["triad_GBps"] and "below the baseline" in n1["flags"]["triad_GBps"]
+    assert "--nodelist n2" in judged.stdout and "--exclude n1" in judged.stdout
 
 
 @pytest.mark.slow
