@@ -22,7 +22,7 @@ MODES = ("train", "forward", "forward_backward")
 """What a step does: ``train`` (forward, backward, optimizer step), ``forward`` (inference mode,
 no gradient) or ``forward_backward`` (loss and backward, no optimizer step)."""
 
-NOT_IDENTITY = {"timeout_s", "data_parallel", "threads_default"}
+NOT_IDENTITY = {"timeout_s", "data_parallel", "threads_default", "references"}
 """Fields that do not change what is measured (or follow from fields that do), so they stay out
 of the cell's identity."""
 
@@ -89,6 +89,10 @@ class Cell:
     :mod:`scaling.workers.collective_env`), captured when the cell is made, with the variables
     that the launcher's options set over it (``Launcher.option_env``); its workers run with
     exactly these values."""
+    references: bool = True
+    """Whether the workers time the scaling model's and the input verdict's references after
+    the window (``scaling.sweep.REFERENCES`` decides it per repeat); they never change the
+    window's figures."""
 
     def __post_init__(self):
         # A cell read back from JSON has its sizes as a list; the identity needs the tuple.
@@ -181,6 +185,7 @@ def make_cell(
     data: Optional[str] = None,
     loader_workers: int = 0,
     collective_env: Optional[Dict[str, str]] = None,
+    references: bool = True,
 ) -> Cell:
     """Validate the inputs, resolve defaults (launcher, device type, image size, threads) and
     build a cell. ``launcher=None`` picks the framework's default launcher.
@@ -231,7 +236,7 @@ def make_cell(
         min_time_s=float(min_time_s), profile=bool(profile), variant=variant,
         data_parallel=launcher_spec.data_parallel, threads_default=threads_default,
         sizes=tuple(sizes), data=os.path.abspath(data) if data else "",
-        loader_workers=loader_workers,
+        loader_workers=loader_workers, references=references,
         collective_env=dict(sorted({
             **capture(os.environ if collective_env is None else collective_env),
             **launcher_spec.option_env(dict(options or {}))}.items())),

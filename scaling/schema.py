@@ -151,6 +151,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "mode": "train, forward (inference) or forward_backward (no optimizer step)",
     "data": "the absolute path of the ImageFolder tree of real JPEGs the cell trained on, or "
             "empty for synthetic data (one batch on the device)",
+    "references": "whether the cell timed the references after its window (the scaling "
+                  "model's local steps and allreduce, the input verdict's figures): a sweep's "
+                  "references setting decides it per repeat (scaling.sweep.REFERENCES)",
     "loader_workers": "loader worker processes decoding real images (tf.data: threads); 0: "
                       "the training process",
     "collective_env": "the environment that tunes the collectives and launchers (NCCL_*, "
@@ -272,6 +275,10 @@ RECORD_FIELDS: Dict[str, str] = {
              "false under --shared) and other_jobs (other Slurm jobs seen running on its "
              "nodes, which also mark it noisy)",
     "wall_s": "seconds from launch to the end of the process tree",
+    "wall_breakdown": "where the cell's wall time went, in seconds (scaling.execute.wall): "
+                      "before_launch, start (to the first step), warmup (and calibration), "
+                      "window, each reference that ran (input, profile, allreduce, "
+                      "local_steps, communicating_steps), teardown, after, and their total",
     "log": "the launcher's log",
     "process_token": "token every process of the cell carried",
 }

@@ -86,6 +86,28 @@ class SlurmSection:
 
 ALLOCATIONS = ("array", "one")
 
+REFERENCES = {
+    "first": "the first repeat of each point (a curve's first baseline too) times them",
+    "every": "every repeat times them",
+    "none": "throughput alone: no repeat times them, and the report has no scaling model",
+}
+"""After its window, a cell may time the references that explain it: the local steps, with and
+without an allreduce beside them, the gradients' allreduce (the scaling model's terms) and, on
+real data, the loader alone and the synthetic step (the input verdict). They do not change
+between the repeats of a point, so by default only its first repeat pays for them."""
+
+
+def times_references(policy: str, repeat: int) -> bool:
+    """Whether a cell of this ``repeat`` times the references under ``policy``."""
+    return policy == "every" or (policy == "first" and repeat == 0)
+
+
+def check_references(policy: str, where: str) -> str:
+    if policy not in REFERENCES:
+        raise ScalingError(f"{where}: references must be one of {', '.join(REFERENCES)}, "
+                           f"got {policy!r}")
+    return policy
+
 
 SYMBOLIC_BATCH = re.compile(r"max(?:\*(0?\.[0-9]+|1(?:\.0*)?))?")
 """``max`` or ``max*F`` (0 < F <= 1): the largest batch that fits, or that fraction of it."""
@@ -135,6 +157,8 @@ class SweepConfig:
     """Loader workers for real data, or a list of counts (an axis)."""
     prices: Dict[str, float] = field(default_factory=dict)
     """US dollars per hour by device type, device name or ``instance`` (see scaling.report.cost)."""
+    references: str = "first"
+    """Which repeats of a point time the references after their window (:data:`REFERENCES`)."""
 
     def device_types(self) -> List[str]:
         """The resolved device types: one, or a list (an axis: ``[cpu, gpu]``)."""
@@ -252,6 +276,7 @@ def parse_sweep(data: Any, where: str = "sweep") -> SweepConfig:
                                f"{', '.join(ALLOCATIONS)}, got {values['slurm'].allocation!r}")
     if "prices" in data:
         values["prices"] = check_prices(data["prices"], where)
+    check_references(data.get("references", "first"), where)
     config = SweepConfig(**values)
     config.node_counts()
     return config
@@ -339,7 +364,8 @@ def expand(config: SweepConfig, max_batches: Optional[Dict[Tuple, Optional[int]]
                     largest_devices=max(counts), data=config.data,
                     loader_workers=loader_workers,
                 ))
-    return in_rounds(cells, config.repeats, config.single_baseline)
+    return [cell.with_changes(references=times_references(config.references, cell.repeat))
+            for cell in in_rounds(cells, config.repeats, config.single_baseline)]
 
 
 def in_rounds(cells: List[Cell], repeats: int, with_baseline: bool) -> List[Cell]:

@@ -19,7 +19,7 @@ from scaling.execute.runner import check_resumable
 from scaling.execute.store import ResultStore
 from scaling.report.provenance import keep_sweep_file
 from scaling.report.summary import summary_lines
-from scaling.sweep import load_sweep
+from scaling.sweep import REFERENCES, load_sweep
 
 
 PLOT = click.option(
@@ -76,10 +76,15 @@ def print_summary(rows, page) -> None:
                    "count and run every cell inside it as an srun step, a curve's cells on the "
                    "same nodes (as slurm: {allocation: one}; default: one job array per group "
                    "of cells).")
+@click.option("--references", type=click.Choice(list(REFERENCES)), default=None,
+              help="Which repeats time the references after their window (the scaling "
+                   "model's local steps and allreduce, the input verdict's loader and "
+                   "synthetic figures): first (each point's first repeat), every, or none "
+                   "(throughput alone) [default: the sweep file's, or first].")
 @slurm_options
 @click.pass_context
 def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_for_quiet_s,
-          no_telemetry, preflight, backend, one_allocation, wait, **slurm_flags):
+          no_telemetry, preflight, backend, one_allocation, references, wait, **slurm_flags):
     """Run every cell of the sweep file CONFIG, then print the scaling report (and with --plot
     or --html write its figures, as `scaling report` does).
 
@@ -98,6 +103,7 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
     spec = load_sweep(config)
     if allow_oversubscribe:
         spec.allow_oversubscribe = True
+    spec.references = references or spec.references
     if spec.data and backend == "local":
         check_data_dir(spec.data)
     out_dir = out_dir or f"runs/{spec.name}"

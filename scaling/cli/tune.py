@@ -80,7 +80,7 @@ def trial_factory(settings: Dict, found: Dict, cores: Optional[int]):
             threads_per_device=settings["threads_per_device"],
             memory_limit=parse_bytes(settings["memory_limit"])
             if settings["memory_limit"] else None,
-            repeat=repeat, purpose="tune", options=dict(config.options),
+            repeat=repeat, purpose="tune", options=dict(config.options), references=False,
             timeout_s=min(timeout_s, settings["timeout_s"]), min_time_s=window_s,
             allow_oversubscribe=settings["allow_oversubscribe"], cores=cores)
     return trial_cell

@@ -26,6 +26,7 @@ from scaling.execute.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings,
                                      window_on_this_host)
 from scaling.execute.processes import run_process_tree, worker_env
 from scaling.execute.store import ResultStore
+from scaling.execute.wall import wall_breakdown
 from scaling.frameworks import get_framework, missing_framework
 from scaling.launchers import default_python, get_launcher
 from scaling.peaks import COMPUTE_FIELDS, compute_facts
@@ -83,6 +84,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     the other nodes run their ranks and return a record of their part only, marked with
     ``node_rank``, which is not stored.
     """
+    cell_start = time.time()
     launcher = get_launcher(cell.launcher)
     placement = placement or local_placement(launcher.ranks_per_node(cell))
     cell_dir = prepare_cell_dir(cell, out_dir, placement)
@@ -96,7 +98,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
                                           cell.total_devices))
     if missing is not None:
         return make_record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
-                       started_at, 0.0, token=None)
+                           started_at, 0.0, token=None)
     ensure_cell_ceiling(out_dir, cell, python)
     argv = launcher.command(cell, placement, str(cell_dir), python)
     env = collective_env.exactly(
@@ -110,12 +112,14 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     else:
         before_cores = other_cores(BEFORE_CHECK_S)
     monitor = CellMonitor(gpu_indices(cell.device_type, cell.devices), watch.telemetry)
+    tree_start = time.time()
     try:
         returncode, timed_out, wall_s = run_process_tree(
             argv, env, token, str(cell_dir / log), cell.timeout_s, on_start=monitor.start,
         )
     finally:
         monitor.stop()
+    tree_end = time.time()
     if placement.node_rank > 0:
         mine = range(placement.first_rank, placement.first_rank + placement.ranks_per_host)
         reports = [r for r in _read_reports(cell_dir) if r["rank"] in mine]
@@ -132,6 +136,9 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
             monitor, window_on_this_host(reports, socket.gethostname()), before_cores,
             waited_s, cell_dir))
         outcome["images_per_joule"] = images_per_joule(outcome, cell.nodes)
+    first = min(reports, key=lambda r: r["rank"]) if reports else None
+    outcome["wall_breakdown"] = wall_breakdown(cell_start, tree_start, tree_end, time.time(),
+                                               first)
     return make_record(cell, cell_dir, outcome, reports, started_at, wall_s, token)
 
 

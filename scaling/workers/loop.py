@@ -171,7 +171,7 @@ def one_window(session, cell: Dict, faults: common.FaultInjector, planned: int,
 
 
 def input_references(session, cell: Dict, faults: common.FaultInjector) -> Dict:
-    """For a cell on real data, after its window: the two figures its verdict needs.
+    """After the window of a cell on real data: the two figures its verdict needs.
 
     - ``loader_window``: the input pipeline alone, a fresh one with the same workers and shard,
       pulling ``steps`` batches (at least :func:`scaling.workers.window_plan.ready_floor`)
@@ -180,8 +180,6 @@ def input_references(session, cell: Dict, faults: common.FaultInjector) -> Dict:
     - ``synthetic_window``: the same model, threads and steps on one synthetic batch, timed as
       the cell's own window.
     """
-    if not cell.get("data"):
-        return {}
     loader = session.loader_alone()
     for _ in range(cell["warmup"]):
         next(loader)
@@ -228,7 +226,7 @@ def _local_seconds(session, count: int, beside) -> float:
     return seconds
 
 
-def contended_compute(session, cell: Dict) -> Dict:
+def contended_compute(session, cell: Dict, marks: Dict[str, float]) -> Dict:
     """After the window of a cell with a backward pass (a max-batch trial's too, so that what
     it allocates counts): ``steps`` forward and backward passes with nothing aggregated, on
     every rank at once, timed in chunks (their means give ``local_step_s`` an interval). Their
@@ -246,6 +244,7 @@ def contended_compute(session, cell: Dict) -> Dict:
         return {}
     session.local_steps(1)
     report = {"local_step_chunks": timed_local_chunks(session, cell["steps"])}
+    marks["local_steps"] = time.time()
     if cell["data_parallel"] != "none" and hasattr(session, "collective"):
         collective = session.collective()
         collective.prepare(session.gradient_bytes // 4)
@@ -258,6 +257,7 @@ def contended_compute(session, cell: Dict) -> Dict:
         allreduce()  # its first call sets the collective up
         report["communicating_step_chunks"] = timed_local_chunks(session, cell["steps"],
                                                                  allreduce)
+        marks["communicating_steps"] = time.time()
     return {**report, "local_step_s": statistics.fmean(report["local_step_chunks"])}
 
 
@@ -333,12 +333,19 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
             input_data.check_data_dir(cell["data"])
         session = build(cell, report, rank)
         faults = common.FaultInjector(rank)
+        marks = report["marks"] = {"first_step": time.time()}
         report.update(timed_window(session, cell, faults))
-        report.update(input_references(session, cell, faults))
+        if cell.get("data") and cell["references"]:
+            report.update(input_references(session, cell, faults))
+            marks["input"] = time.time()
         if cell.get("profile"):
             report.update(profiled_steps(session, cell_dir, rank))
-        if cell["purpose"] != "tune":  # a tune's trial wants its images/sec, not the model's
-            report.update(gradient_allreduce(session, cell))
-            report.update(contended_compute(session, cell))
+            marks["profile"] = time.time()
+        if cell["references"]:
+            allreduce = gradient_allreduce(session, cell)
+            if allreduce:
+                report.update(allreduce)
+                marks["allreduce"] = time.time()
+            report.update(contended_compute(session, cell, marks))
         common.stop_horovod_timeline()
         report.update(session.finish())
