@@ -16,6 +16,7 @@ import yaml
 from scaling.execute.fingerprint import read_fingerprints
 from scaling.execute.preflight import read_preflight
 from scaling.execute.store import ResultStore
+from scaling.execute.wall import window_share
 from scaling.launchers import default_python
 from scaling.tune.result import read_tune
 
@@ -34,6 +35,9 @@ RECORD_KEYS = ("framework", "launcher", "batch_size", "status", "error", "images
                "images_per_joule", "telemetry", "step_breakdown", "device_name", "versions",
                "fingerprint", "peak_memory_bytes", "memory_capacity_bytes")
 """The fields of a ``scaling run`` record that a step keeps."""
+WALL_KEYS = ("launcher", "total_devices", "batch_size", "loader_workers", "repeat", "status",
+             "references", "wall_breakdown")
+"""The fields of a sweep's record that say where its wall time went."""
 
 REFERENCES = {
     "H100": ("Lambda (lambdal/deeplearning-benchmark), ResNet-50 fp16 training on one H100 SXM5",
@@ -46,6 +50,20 @@ REFERENCES = {
 }
 """Published ResNet-50 mixed-precision training images/sec on one GPU, by the GPU's name, as
 the project's references digest them."""
+MLPERF = {
+    "H100": ("MLPerf Training v4.0, ResNet-50, 8 GPUs, MXNet with DALI, batch 400 per GPU: "
+             "images/sec per GPU", 7160.0),
+    "H200": ("MLPerf Training v4.0, ResNet-50, 8 GPUs, MXNet with DALI, batch 400 per GPU: "
+             "images/sec per GPU", 7950.0),
+}
+"""Per-GPU figures of the MLPerf Training closed division (the time to train, turned into
+images/sec per GPU), as the project's references digest them."""
+MLPERF_DIFFERENCES = (
+    "MXNet with fused kernels (NHWC, fused BatchNorm and ReLU), not PyTorch",
+    "DALI decoding real ImageNet on the GPU; synthetic data here",
+    "batch 400 per GPU over 8 GPUs, with LARS; one GPU here",
+    "the submitters' tuned software stack and clocks",
+)
 REFERENCE_DIFFERENCES = (
     "synthetic data here, real ImageNet through DALI or a loader there",
     "this harness's batch sizes, steps and warm-up, not the publisher's",
@@ -158,7 +176,7 @@ def throughput_commands(ctx: Context) -> List[List[str]]:
         ctx, "throughput", frameworks={"torch": {"launchers": launchers,
                                                  "options": TORCH_FAST}},
         workloads=[RESNET["workload"]], image_size=RESNET["image_size"],
-        devices=device_counts(ctx), batch_sizes=[128, 256], steps=50, warmup=10,
+        devices=device_counts(ctx), batch_sizes=[256], steps=50, warmup=10,
         min_time_s=10, repeats=2))]
 
 
@@ -184,7 +202,7 @@ def real_data_commands(ctx: Context) -> List[List[str]]:
                                                         "options": TORCH_FAST}},
                 single_baseline=False, workloads=[RESNET["workload"]],
                 image_size=RESNET["image_size"], devices=[1], batch_sizes=[128], steps=30,
-                warmup=5, min_time_s=10, data=str(data), loader_workers=[0, 4, 12]))]
+                warmup=5, min_time_s=10, data=str(data), loader_workers=[4, 12]))]
 
 
 def framework_commands(name: str, framework: str, launcher: str, options: Dict,
@@ -218,7 +236,15 @@ def tune_commands(ctx: Context) -> List[List[str]]:
 
 
 def sweep_summary(name: str) -> Callable[[Context], Dict]:
-    return lambda ctx: {"rows": rows(ctx, name)}
+    """The step's rows, and where each cell's wall time went (``wall_breakdown``) with the
+    share of the step's cells' wall time inside their windows."""
+    def summary(ctx: Context) -> Dict:
+        found = ResultStore(folder(ctx, name) / "out").records() \
+            if (folder(ctx, name) / "out").exists() else []
+        return {"rows": rows(ctx, name),
+                "wall": [{key: record.get(key) for key in WALL_KEYS} for record in found],
+                "window_share": window_share(found)}
+    return summary
 
 
 def install_summary(ctx: Context) -> Dict:
@@ -266,17 +292,22 @@ def reference_summary(ctx: Context) -> Dict:
                 "why_not": "no ok 1-GPU torchrun row" if best is None
                 else f"no published figure for {name!r}"}
     figure = float(best["images_per_sec"])
+    mlperf = next((ref for key, ref in MLPERF.items() if key in name), None)
     return {"device_name": name, "measured_images_per_sec": figure,
             "batch_size": best["batch_size"], "published": published[0],
             "published_images_per_sec": published[1], "ratio": figure / published[1],
-            "what_differs": list(REFERENCE_DIFFERENCES)}
+            "what_differs": list(REFERENCE_DIFFERENCES),
+            "mlperf": None if mlperf is None else {
+                "source": mlperf[0], "images_per_sec_per_gpu": mlperf[1],
+                "ratio": figure / mlperf[1], "what_differs": list(MLPERF_DIFFERENCES)}}
 
 
 STEPS = [
     Step("install", "install the carried wheels (--wheels) and list the devices", 30,
          install_commands, install_summary, needs=lambda ctx: None),
     Step("throughput", "single against torchrun (and Horovod) at one GPU and all: ResNet-50 "
-         "at 224, AMP and channels_last, batch 128 and 256, parallel_overhead", 330,
+         "at 224, AMP and channels_last, batch 256, parallel_overhead, and where each cell's "
+         "wall time went", 180,
          throughput_commands, sweep_summary("throughput")),
     Step("telemetry", "NVML telemetry and energy: images_per_joule, mfu against the peak "
          "table, the idle share of a profiled step", 50, telemetry_commands,
@@ -287,8 +318,8 @@ STEPS = [
          preflight_commands, preflight_summary, after=["throughput"]),
     Step("maxbatch", "the largest ResNet-50 batch at 224 with AMP, confirmed", 150,
          maxbatch_commands, maxbatch_summary),
-    Step("real_data", "real JPEGs at 224 px with 0, 4 and 12 loader workers (pinned memory), "
-         "and the input_bound verdict", 210, real_data_commands, sweep_summary("real_data")),
+    Step("real_data", "real JPEGs at 224 px with 4 and 12 loader workers (pinned memory), "
+         "and the input_bound verdict", 150, real_data_commands, sweep_summary("real_data")),
     Step("jax", "JAX in bf16, single against the jax launcher", 120,
          framework_commands("jax", "jax", "jax", {"amp": True}, 128),
          sweep_summary("jax"), needs=missing("jax")),
