@@ -60,6 +60,8 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                 "end barrier",
     "start": "wall time at the window's start (for reading logs; never compared across hosts)",
     "end": "wall time at the window's end",
+    "marks": "wall times at the edges of the rank's phases (first_step, then the end of each "
+             "reference that ran), from which the record's wall_breakdown is made",
     "step_time_median_s": "median step time",
     "step_time_p95_s": "95th percentile step time",
     "peak_memory_bytes": "peak device memory (CUDA allocated), or peak RSS on CPU",
@@ -67,6 +69,8 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                                 "in a failure's report under the heap cap)",
     "memory_capacity_bytes": "how much of that quantity the rank could have",
     "host": "host name of the reporting process",
+    "node": "its node, by the name the backend gives it (SLURMD_NODENAME under Slurm, or "
+            "SCALING_NODE_NAME where a backend sets it), else its host name",
     "collective_env": "the collectives' and launchers' environment as this process saw it "
                       "(scaling.workers.collective_env; a launcher may add its own, such as "
                       "horovodrun's NCCL_SOCKET_IFNAME)",
@@ -200,11 +204,13 @@ RECORD_FIELDS: Dict[str, str] = {
                          "did not time one",
     "straggler_rank": "the slowest rank: by rank_local_step_s where timed, rank_step_s "
                       "otherwise (null with one rank)",
-    "straggler_host": "the host of straggler_rank",
+    "straggler_host": "the node of straggler_rank: the rank report's node (the Slurm node "
+                      "under --backend slurm), else its host",
     "rank_skew": "the slowest rank's figure over the ranks' median (null with one rank)",
     "straggler": "why the cell is a straggler (rank_skew of 1.2 or more: "
                  "scaling.execute.aggregate.STRAGGLER_SKEW), e.g. 'rank 1 on node2 took 1.31x "
-                 "the ranks' median local step (0.412 s)'; null otherwise",
+                 "the ranks' median local step (0.412 s)', or 'rank 1 on n2 (host vm) took...' "
+                 "where the node's name is not its host's; null otherwise",
     "telemetry": "window summary: cpu_util_mean (percent of all cores), rss_max_bytes_per_rank, "
                  "and on GPUs gpu_util_mean, gpu_memory_max_bytes, power_mean_w, energy_j "
                  "(from the devices' cumulative energy counters where NVML gives them, else "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 
 import pytest
 from conftest import recorded_cell, scaling_in_process, write_records
@@ -15,6 +16,7 @@ from scaling.execute.aggregate import stragglers
 from scaling.report.html import render_html
 from scaling.report.provenance import provenance
 from scaling.report.tables import scaling_tables, with_scaling
+from scaling.workers.common import node_name
 
 
 class MockNvmlError(Exception):
@@ -191,6 +193,28 @@ def test_the_slowest_rank_by_its_local_step_is_the_straggler():
     assert found["rank_skew"] == pytest.approx(0.121 / 0.0805)
     assert found["straggler"] == "rank 2 on node2 took 1.50x the ranks' median local step " \
                                  "(0.121 s)"
+
+
+def test_the_straggler_is_named_by_its_node_and_by_its_host_where_they_differ():
+    """Nodes that share a host name (VMs cloned alike, containers) are told apart by the node
+    name their backend gave each rank's report; a report without one names its host."""
+    same_host = [{**rank_report(0, 0.100, [0.080], host="vm"), "node": "n1"},
+                 {**rank_report(1, 0.100, [0.137], host="vm"), "node": "n2"}]
+    found = stragglers(same_host)
+    assert (found["straggler_rank"], found["straggler_host"]) == (1, "n2")
+    assert found["straggler"] == "rank 1 on n2 (host vm) took 1.26x the ranks' median local " \
+                                 "step (0.137 s)"
+    named_alike = [{**report, "node": report["host"]} for report in same_host]
+    assert stragglers(named_alike)["straggler"].startswith("rank 1 on vm took ")
+    unnamed = stragglers([rank_report(0, 0.100, [0.080]), rank_report(1, 0.1, [0.137])])
+    assert unnamed["straggler_host"] == "node1"
+    assert unnamed["straggler"].startswith("rank 1 on node1 took ")
+
+
+def test_a_rank_names_its_node_as_its_backend_does_else_by_its_host_name():
+    assert node_name({"SLURMD_NODENAME": "n2"}) == "n2"
+    assert node_name({"SCALING_NODE_NAME": "ray-7", "SLURMD_NODENAME": "n2"}) == "ray-7"
+    assert node_name({"SLURMD_NODENAME": ""}) == node_name({}) == socket.gethostname()
 
 
 def test_without_local_steps_the_step_times_judge_and_small_skews_pass():

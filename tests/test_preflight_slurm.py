@@ -4,11 +4,12 @@ node really slowed: its slurmd, and every process it starts, under a CPU quota."
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
 import pytest
-from conftest import read_records, write_sweep
+from conftest import rank_reports, read_records, write_sweep
 from slurmcluster import SlurmCluster, missing_binaries
 
 from scaling.execute.preflight import PREFLIGHT_FILE
@@ -93,6 +94,8 @@ def test_preflight_passes_every_node_and_exits_1_once_one_is_below_its_baseline(
 
 @pytest.mark.slow
 def test_a_two_node_cell_names_the_slowed_nodes_rank_as_its_straggler(cluster, tmp_path):
+    """The straggler is named by its Slurm node: both nodes here share this machine's host
+    name, which alone would not say which node was slow."""
     with cluster.slowed("n2", SLOW_SHARE):
         ran = scaling(cluster, "run", "--backend", "slurm", "--nodes", 2, "--devices", 1,
                       "--threads-per-device", 1, "--workload", "cifar10", "--image-size", 32,
@@ -101,7 +104,10 @@ def test_a_two_node_cell_names_the_slowed_nodes_rank_as_its_straggler(cluster, t
     assert ran.returncode == 0, ran.stdout + ran.stderr
     [record] = read_records(tmp_path)
     assert record["straggler_rank"] == 1 and record["rank_skew"] >= 1.2
-    assert record["straggler"]
+    assert [node["node"] for node in record["slurm"]["nodes"]] == ["n1", "n2"]
+    assert [(r["rank"], r["node"]) for r in rank_reports(record)] == [(0, "n1"), (1, "n2")]
+    assert record["straggler_host"] == "n2"
+    assert record["straggler"].startswith(f"rank 1 on n2 (host {socket.gethostname()}) took ")
 
 
 @pytest.mark.slow

@@ -148,9 +148,11 @@ Over two ranks the median is their mean, so 1.2 there means one rank took 1.5x t
 
 def stragglers(reports: List[Dict]) -> Dict:
     """Each rank's median step time (``rank_step_s``) and mean local step
-    (``rank_local_step_s``, where every rank timed one), by rank; the slowest rank, its host,
-    ``rank_skew`` (its figure over the ranks' median) and ``straggler``, the reason where the
-    skew reaches ``STRAGGLER_SKEW``.
+    (``rank_local_step_s``, where every rank timed one), by rank; the slowest rank, its node
+    (``straggler_host``: the name its backend gave the rank's node, such as the Slurm node,
+    else its host name; ``scaling.workers.common.node_name``), ``rank_skew`` (its figure over
+    the ranks' median) and ``straggler``, the reason where the skew reaches
+    ``STRAGGLER_SKEW``, naming the node and, where it differs, the host.
 
     The skew compares the local steps where they were timed: in the window every rank waits
     for the slowest at each allreduce, so their step times differ by little, while each rank's
@@ -168,9 +170,11 @@ def stragglers(reports: List[Dict]) -> Dict:
     slowest = max(range(len(ranked)), key=judged.__getitem__)
     skew = judged[slowest] / statistics.median(judged)
     rank, host = ranked[slowest]["rank"], ranked[slowest].get("host")
-    found.update(straggler_rank=rank, straggler_host=host, rank_skew=skew)
+    node = ranked[slowest].get("node") or host
+    found.update(straggler_rank=rank, straggler_host=node, rank_skew=skew)
     if skew >= STRAGGLER_SKEW:
-        found["straggler"] = (f"rank {rank} on {host} took {skew:.2f}x the ranks' median "
+        where = node if host in (None, node) else f"{node} (host {host})"
+        found["straggler"] = (f"rank {rank} on {where} took {skew:.2f}x the ranks' median "
                               f"{what} ({judged[slowest]:.4g} s)")
     return found
 

@@ -7,6 +7,10 @@ from typing import Dict
 
 SCALING_FIELDS: Dict[str, str] = {
     "framework_version": "the framework's version; part of what makes a curve",
+    "references_from": "the cell whose references (local steps, allreduce, the input's "
+                       "figures) the row's scaling model and input verdict read: its own, or "
+                       "its point's first repeat that timed them (scaling.report.references); "
+                       "empty where none did",
     "baseline_images_per_sec": "median images/sec of the curve's baseline: its single cell, "
                                "or its own one-device point where no single cell is ok",
     "baseline_launcher": "single, or the curve's own launcher when single did not run or "

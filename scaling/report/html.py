@@ -54,39 +54,43 @@ def grids(rows: List[Dict]) -> List[Dict]:
     } for family, cells in sorted(families.items(), key=lambda item: str(item[0]))]
 
 
-def _share(key: str) -> Callable[[Dict, Dict], Optional[str]]:
-    return lambda t, b: f"{b[key]:.0%}" if key in b else None
+def _share(key: str) -> Callable[[Dict, Dict, Dict], Optional[str]]:
+    return lambda t, b, w: f"{b[key]:.0%}" if key in b else None
 
 
-DETAIL_COLUMNS: List[Tuple[str, Callable[[Dict, Dict], Optional[str]]]] = [
-    ("CPU use", lambda t, b: f"{t['cpu_util_mean']:.0f}%" if "cpu_util_mean" in t else None),
-    ("RSS per rank (max)", lambda t, b: format_bytes(max(t["rss_max_bytes_per_rank"]))
+DETAIL_COLUMNS: List[Tuple[str, Callable[[Dict, Dict, Dict], Optional[str]]]] = [
+    ("wall in window", lambda t, b, w: f"{w['window'] / w['total']:.0%} of {w['total']:,.1f} s"
+     if w.get("total") and "window" in w else None),
+    ("CPU use", lambda t, b, w: f"{t['cpu_util_mean']:.0f}%" if "cpu_util_mean" in t else None),
+    ("RSS per rank (max)", lambda t, b, w: format_bytes(max(t["rss_max_bytes_per_rank"]))
      if t.get("rss_max_bytes_per_rank") else None),
-    ("GPU use", lambda t, b: f"{t['gpu_util_mean']:.0f}%" if "gpu_util_mean" in t else None),
-    ("GPU memory", lambda t, b: format_bytes(t["gpu_memory_max_bytes"])
+    ("GPU use", lambda t, b, w: f"{t['gpu_util_mean']:.0f}%" if "gpu_util_mean" in t else None),
+    ("GPU memory", lambda t, b, w: format_bytes(t["gpu_memory_max_bytes"])
      if "gpu_memory_max_bytes" in t else None),
-    ("power", lambda t, b: f"{t['power_mean_w']:.0f} W" if "power_mean_w" in t else None),
-    ("energy", lambda t, b: f"{t['energy_j']:,.0f} J" if "energy_j" in t else None),
+    ("power", lambda t, b, w: f"{t['power_mean_w']:.0f} W" if "power_mean_w" in t else None),
+    ("energy", lambda t, b, w: f"{t['energy_j']:,.0f} J" if "energy_j" in t else None),
     ("compute", _share("compute")),
     ("communication", _share("communication")),
     ("idle", _share("idle")),
 ]
-"""The measured columns of the details table: a header, and the text of a record's telemetry
-and step breakdown (None where the record has no such figure)."""
+"""The measured columns of the details table: a header, and the text of a record's telemetry,
+step breakdown and wall breakdown (None where the record has no such figure)."""
 
 
 def measured_details(rows: List[Dict]) -> Dict:
-    """One line per ok record with telemetry or a step breakdown: what the machine did during
-    the window, and where the step time went. Columns that no line has (the GPU columns of a
+    """One line per ok record with telemetry, a step breakdown or a wall breakdown: the share
+    of its wall time inside the window, what the machine did during the window, and where the
+    step time went. Columns that no line has (the GPU columns of a
     CPU run) are left out."""
     lines = []
     for row in sorted(rows, key=lambda r: (str(series_key(r)), r["total_devices"], r["repeat"])):
         telemetry, breakdown = row.get("telemetry") or {}, row.get("step_breakdown") or {}
-        if row["status"] != "ok" or not (telemetry or breakdown):
+        wall = row.get("wall_breakdown") or {}
+        if row["status"] != "ok" or not (telemetry or breakdown or wall):
             continue
         lines.append([family_label(family_key(series_key(row))), row["batch_size"],
                       row["total_devices"], row["repeat"],
-                      *(text(telemetry, breakdown) for _, text in DETAIL_COLUMNS)])
+                      *(text(telemetry, breakdown, wall) for _, text in DETAIL_COLUMNS)])
     kept = [index for index in range(len(DETAIL_COLUMNS))
             if any(line[4 + index] is not None for line in lines)]
     return {"headers": [DETAIL_COLUMNS[index][0] for index in kept],

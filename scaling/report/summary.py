@@ -3,6 +3,7 @@
 - how well the largest device count scales: its best and worst efficiency, with intervals;
 - where the rest of the step goes there: the largest loss term and its share of the step;
 - what is marked (noisy, drifted, suspect, straggler), or that nothing is;
+- the share of the cells' wall time inside their timed windows;
 - in the terminal, where the HTML report is.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
+from scaling.execute.wall import window_share
 from scaling.launchers.single import BASELINE_LAUNCHER
 from scaling.report.tables import cell_summary, curve_label, series_key
 
@@ -74,10 +76,29 @@ def marks_line(points: Dict[Tuple, Dict]) -> str:
             + " (the reasons are under the tables).")
 
 
+def window_line(rows: List[Dict]) -> Optional[str]:
+    """The share of the cells' wall time that their timed windows took, and the largest other
+    phase (``scaling.execute.wall``)."""
+    share = window_share(rows)
+    if share is None:
+        return None
+    others: Counter = Counter()
+    for row in rows:
+        for name, seconds in (row.get("wall_breakdown") or {}).items():
+            if name not in ("window", "total"):
+                others[name] += seconds
+    largest = others.most_common(1)
+    rest = f"; the most of the rest went to {largest[0][0]} ({largest[0][1]:,.0f} s)" \
+        if largest else ""
+    return (f"Windows: {share['window_s']:,.0f} s of the cells' {share['wall_s']:,.0f} s of "
+            f"wall time ({share['share']:.0%}){rest}.")
+
+
 def summary_lines(rows: List[Dict]) -> List[str]:
-    """Two or three lines: efficiency, the largest loss where the model found one, and the
-    marks. The terminal adds the HTML report's path."""
+    """Up to four lines: efficiency, the largest loss where the model found one, the marks,
+    and the share of wall time inside the windows. The terminal adds the HTML report's
+    path."""
     points = {key: cell_summary(group) for key, group in _points(rows).items()}
     lines = [efficiency_line(points) or "No point scales beyond one device yet.",
-             loss_line(rows), marks_line(points)]
+             loss_line(rows), marks_line(points), window_line(rows)]
     return [line for line in lines if line]

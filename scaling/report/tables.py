@@ -26,6 +26,7 @@ from scaling.report.baseline import (Baseline, baseline_gap_s, baselines, drift_
 from scaling.report.cost import sweep_prices, with_costs
 from scaling.report.input import with_input_verdicts
 from scaling.report.model import with_predictions
+from scaling.report.references import with_shared_references
 from scaling.report.columns import CSV_COLUMNS
 from scaling.uncertainty import ratio_interval
 
@@ -165,9 +166,9 @@ def scaling_interval(speedup: Optional[float], interval: Optional[List[float]],
 
 def with_scaling(records: List[Dict]) -> List[Dict]:
     """Sweep records (never max-batch trials) with the columns of ``SCALING_FIELDS`` added:
-    ``framework_version``, the baseline, speedup and efficiency, their intervals, and
+    ``framework_version``, the references their point timed once, the baseline, speedup and efficiency, their intervals, and
     ``suspect``."""
-    rows = with_framework_versions(records)
+    rows = with_shared_references(with_framework_versions(records))
     base = baselines(rows, baseline_key)
     for row in rows:
         found = base.get(baseline_key(row))

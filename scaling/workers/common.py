@@ -21,10 +21,17 @@ import os
 import re
 import resource
 import signal
+import socket
 import statistics
 import sys
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
+NODE_NAME_ENV = ("SCALING_NODE_NAME", "SLURMD_NODENAME")
+"""Where a rank finds its node's name, the first set wins: a backend that names its nodes
+otherwise than by host name sets ``SCALING_NODE_NAME`` in its ranks' environment (a Ray node,
+say); Slurm's slurmd sets ``SLURMD_NODENAME`` in every task it starts, which the launchers'
+ranks inherit. Without either, the host name (``node_name``)."""
 
 FAULT_ENV = "SCALING_FAULT"
 FAULT_KINDS = ("crash", "hang", "error")
@@ -239,6 +246,14 @@ def clear_errno() -> None:
         location()[0] = 0
 
 
+def node_name(environ: Optional[Mapping[str, str]] = None) -> str:
+    """This process's node, by the name its backend gives it (``NODE_NAME_ENV``), else its
+    host name: nodes that share a host name (containers, VMs cloned alike) stay apart."""
+    environ = os.environ if environ is None else environ
+    return next((environ[name] for name in NODE_NAME_ENV if environ.get(name)),
+                socket.gethostname())
+
+
 def report_path(cell_dir: str, rank: int) -> str:
     return os.path.join(cell_dir, f"rank{rank}.json")
 
@@ -261,7 +276,7 @@ def write_report(cell_dir: str, rank: int, report: Dict) -> None:
 @contextlib.contextmanager
 def reporting(cell_dir: str, rank: int):
     """Collect a rank's results in a dict and write them, or the failure, as its report."""
-    report: Dict = {"rank": rank, "pid": os.getpid(), "status": "ok"}
+    report: Dict = {"rank": rank, "pid": os.getpid(), "node": node_name(), "status": "ok"}
 
     def on_sigterm(signum, frame):
         report.update(status="terminated", error="stopped by SIGTERM", failed_at=time.time())
