@@ -12,10 +12,10 @@ def configure_devices(tf, cell: dict, local_devices: int, first_gpu: int):
     """Create the logical devices (before TensorFlow initialises) and return their names: the
     ``local_devices`` GPUs from the machine's ``first_gpu`` on, or as many logical CPU devices."""
     tf.config.threading.set_intra_op_parallelism_threads(
-        cell["threads_per_device"] * local_devices)
+        int(os.environ.get("XP_INTRA", cell["threads_per_device"] * local_devices)))
     # Under a memory cap, ops run one at a time so that the peak, and so OOM, is repeatable.
     tf.config.threading.set_inter_op_parallelism_threads(
-        1 if cell["memory_limit"] else max(2, local_devices))
+        1 if cell["memory_limit"] else int(os.environ.get("XP_INTER", max(2, local_devices))))
     if cell["device_type"] == "gpu":
         gpus = tf.config.list_physical_devices("GPU")[first_gpu:first_gpu + local_devices]
         tf.config.set_visible_devices(gpus, "GPU")
