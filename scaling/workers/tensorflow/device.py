@@ -8,14 +8,31 @@ import os
 from scaling.workers import common
 
 
+def thread_pools(cell: dict, local_devices: int):
+    """(intra-op, inter-op) threads of a process driving ``local_devices`` devices.
+
+    A CPU device of N threads uses at most N cores, as in the other frameworks. TensorFlow runs
+    each op on an inter-op thread, which shares the op's work out to the intra-op pool (a pool
+    of one runs it inline). Two inter-op threads ran two ops at once, so a device of one thread
+    used 1.4-1.6 cores; here each device has one inter-op thread (one op in flight), and the
+    pool N x devices threads, or one at N = 1, where the devices' inter-op threads do all the
+    work inline (a pool of more would run beside them). Under a memory cap ops run one at a
+    time, over the whole pool, so that the peak, and so OOM, is repeatable. GPUs keep two
+    inter-op threads or more: there they launch kernels rather than compute.
+    """
+    threads = cell["threads_per_device"]
+    if cell["device_type"] == "gpu":
+        return threads * local_devices, max(2, local_devices)
+    inter = 1 if cell["memory_limit"] else local_devices
+    return (1 if threads == 1 and inter > 1 else threads * local_devices), inter
+
+
 def configure_devices(tf, cell: dict, local_devices: int, first_gpu: int):
     """Create the logical devices (before TensorFlow initialises) and return their names: the
     ``local_devices`` GPUs from the machine's ``first_gpu`` on, or as many logical CPU devices."""
-    tf.config.threading.set_intra_op_parallelism_threads(
-        int(os.environ.get("XP_INTRA", cell["threads_per_device"] * local_devices)))
-    # Under a memory cap, ops run one at a time so that the peak, and so OOM, is repeatable.
-    tf.config.threading.set_inter_op_parallelism_threads(
-        1 if cell["memory_limit"] else int(os.environ.get("XP_INTER", max(2, local_devices))))
+    intra, inter = thread_pools(cell, local_devices)
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
     if cell["device_type"] == "gpu":
         gpus = tf.config.list_physical_devices("GPU")[first_gpu:first_gpu + local_devices]
         tf.config.set_visible_devices(gpus, "GPU")
@@ -79,6 +96,25 @@ def memory_report(tf, cell: dict, devices, first_gpu: int) -> dict:
             "memory_capacity_bytes": min(totals) if totals else None}
 
 
+BESIDE = {
+    "multiworker": "the collective executor's threads (collective_ops: the ring's reductions) "
+                   "and gRPC's (event_engine) carry the allreduce beside the compute threads",
+    "horovod": "Horovod's background thread carries the allreduce beside the compute threads",
+}
+"""Threads that TensorFlow runs beyond threads_per_device x local devices, by data_parallel."""
+
+
+def threads_report(tf, cell: dict) -> dict:
+    """The thread pools in effect, and what runs beside them (null: nothing that computes)."""
+    beside = BESIDE.get(cell["data_parallel"]) if cell["device_type"] == "cpu" else None
+    if cell["device_type"] == "cpu" and cell["data"]:
+        beside = "; ".join(filter(None, [beside, "tf.data's private pool of max(1, "
+                                         "loader_workers) threads decodes beside them"]))
+    return {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+            "beside": beside}
+
+
 def description(tf, keras, cell: dict, parallel, strategy, model, devices) -> dict:
     """What the rank report says about the model, its devices and its software."""
     build = tf.sysconfig.get_build_info()
@@ -93,8 +129,7 @@ def description(tf, keras, cell: dict, parallel, strategy, model, devices) -> di
         ).get("device_name", "gpu"),
         layout="NHWC", local_devices=cell["local_devices"],
         replicas=parallel.replicas(strategy),
-        threads="one intra-op pool of threads_per_device x local devices, shared by the "
-                "process's logical devices",
+        threads=threads_report(tf, cell),
         xla=bool(cell["options"].get("xla")),
         mixed_precision=bool(cell["options"].get("mixed_precision")),
     )
