@@ -155,6 +155,28 @@ def test_a_cpu_sweep_measures_each_curve_against_single_with_one_device_unit(tmp
     assert f"{overhead:+.1%}" in result.stdout
     html = (out / "report.html").read_text()
     assert '<table class="overheads">' in html and f"{overhead:+.1%}" in html
+    # One reference pass per point: the second baseline took the first one's local steps.
+    second = next(r for r in records if (r["launcher"], r["repeat"]) == ("single", 1))
+    first = next(r for r in records if (r["launcher"], r["repeat"]) == ("single", 0))
+    assert (first["references"], second["references"]) == (True, False)
+    assert second["local_step_s"] is None and "local_steps" not in second["wall_breakdown"]
+    with open(out / "results.csv") as table:
+        shared = {row["cell"]: row for row in csv.DictReader(table)}[second["cell"]]
+    assert shared["references_from"] == first["cell"]
+    assert float(shared["local_step_s"]) == first["local_step_s"]
+    # Where each cell's wall time went, and the windows' share in the summary.
+    for record in records:
+        phases = record["wall_breakdown"]
+        assert phases["window"] == pytest.approx(record["timed_window_s"], abs=0.1)
+        assert sum(v for k, v in phases.items() if k != "total") == pytest.approx(
+            phases["total"], abs=0.01)
+        assert phases["total"] >= record["wall_s"] and phases["start"] > 0
+    assert {"allreduce", "local_steps", "communicating_steps"} <= set(two["wall_breakdown"])
+    windows = sum(r["wall_breakdown"]["window"] for r in records)
+    walls = sum(r["wall_breakdown"]["total"] for r in records)
+    assert f"Windows: {windows:,.0f} s of the cells' {walls:,.0f} s of wall time " \
+           f"({windows / walls:.0%})" in result.stdout
+    assert "wall in window" in html
 
 
 def test_points_of_different_device_units_never_join_one_curve():

@@ -34,6 +34,8 @@ from scaling.placement import Placement, local_placement
 from scaling.workers import collective_env
 from scaling.workers.common import write_json_atomically
 
+COMPUTE_CACHE = "compute-cache.json"
+"""The run's FLOP counts and matmul probes, measured once (``scaling.workers.compute``)."""
 REPORT_GRACE_S = 30.0
 """How long node 0 waits for the other nodes' rank reports after its own ranks ended."""
 
@@ -165,7 +167,8 @@ def prepare_cell_dir(cell: Cell, out_dir, placement: Placement) -> Path:
     if placement.node_rank == 0:
         for stale in [*cell_dir.glob("rank*.json"), cell_dir / "record.json"]:
             stale.unlink(missing_ok=True)
-    write_json_atomically(cell_dir / "cell.json", worker_spec(cell))
+    write_json_atomically(cell_dir / "cell.json", {
+        **worker_spec(cell), "compute_cache": str(Path(out_dir).resolve() / COMPUTE_CACHE)})
     return cell_dir
 
 

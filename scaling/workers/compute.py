@@ -15,9 +15,13 @@ framework.
 
 from __future__ import annotations
 
+import json
+import socket
+import sys
 import time
 from typing import Dict, Optional
 
+from scaling.workers import common
 from scaling.workers.matmul_worker import KERNELS
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -67,9 +71,41 @@ def compute_report(cell: Dict, precision: str, flops_per_image, gradient_bytes: 
     """The rank report's compute facts: ``flops_per_image`` is a function, called once (None
     where the framework has no counter of its own), and ``devices_sharing`` the devices whose
     threads the probe's pool holds (its figure is divided among them). Max-batch trials take
-    them too: what a cell allocates for them counts against its memory."""
-    probe = matmul_ceiling_tflops(cell["framework"], cell["device_type"], DTYPES[precision])
-    return {"flops_per_image": flops_per_image() if flops_per_image else None,
+    them too: what a cell allocates for them counts against its memory.
+
+    Neither the count nor the probe changes between the cells of a run that share their
+    framework and its version, workload, size and mode (the count) or host, device, threads
+    and dtype (the probe), so both are kept in the run's ``cell["compute_cache"]`` file and
+    measured once (:func:`cached`)."""
+    framework, dtype = cell["framework"], DTYPES[precision]
+    module = sys.modules.get(framework)
+    version = str(getattr(module, "__version__", ""))
+    path = cell.get("compute_cache")
+    probe = cached(path, ["probe", framework, version, socket.gethostname(),
+                          cell["device_type"], cell["threads_per_device"], dtype],
+                   lambda: matmul_ceiling_tflops(framework, cell["device_type"], dtype))
+    flops = cached(path, ["flops", framework, version, cell["workload"], cell["image_size"],
+                          cell["mode"]], flops_per_image) if flops_per_image else None
+    return {"flops_per_image": flops,
             "gradient_bytes": None if cell["mode"] == "forward" else gradient_bytes,
             "precision": precision,
             "matmul_probe_tflops": probe / devices_sharing if probe else None}
+
+
+def cached(path: Optional[str], key: list, measure):
+    """``measure()``'s value under ``key`` in the JSON file at ``path``, measured and added
+    there where it is missing (every time where ``path`` is None). Two ranks that measure the
+    same key at once both write it: the file stays whole (an atomic write), and either value
+    serves."""
+    if not path:
+        return measure()
+    name = json.dumps(key)
+    try:
+        with open(path) as handle:
+            entries = json.load(handle)
+    except (OSError, ValueError):
+        entries = {}
+    if name not in entries:
+        entries[name] = measure()
+        common.write_json_atomically(path, entries)
+    return entries[name]
