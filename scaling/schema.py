@@ -282,7 +282,8 @@ RECORD_FIELDS: Dict[str, str] = {
              "nodes, which also mark it noisy)",
     "wall_s": "seconds from launch to the end of the process tree",
     "wall_breakdown": "where the cell's wall time went, in seconds (scaling.execute.wall): "
-                      "before_launch, start (to the first step), warmup (and calibration), "
+                      "before_launch, start (until the first rank's worker runs), build (to its "
+                      "first step), warmup (and calibration), "
                       "window, each reference that ran (input, profile, allreduce, "
                       "local_steps, communicating_steps), teardown, after, and their total",
     "log": "the launcher's log",

@@ -13,11 +13,11 @@ from scaling.sweep import expand, parse_sweep
 
 
 def test_each_phase_runs_from_the_end_of_the_one_before_it():
-    report = {"marks": {"first_step": 13.0, "allreduce": 31.0, "local_steps": 35.0},
-              "start": 15.0, "end": 30.0}
+    report = {"marks": {"entered": 11.5, "first_step": 13.0, "allreduce": 31.0,
+                        "local_steps": 35.0}, "start": 15.0, "end": 30.0}
     assert wall_breakdown(10.0, 10.5, 36.0, 36.25, report) == {
-        "before_launch": 0.5, "start": 2.5, "warmup": 2.0, "window": 15.0, "allreduce": 1.0,
-        "local_steps": 4.0, "teardown": 1.0, "after": 0.25, "total": 26.25}
+        "before_launch": 0.5, "start": 1.0, "build": 1.5, "warmup": 2.0, "window": 15.0,
+        "allreduce": 1.0, "local_steps": 4.0, "teardown": 1.0, "after": 0.25, "total": 26.25}
 
 
 def test_a_cell_that_failed_before_its_first_step_spent_its_tree_starting():
@@ -78,6 +78,6 @@ def test_throughput_alone_times_the_window_and_nothing_after_it(tmp_path):
     [record] = read_records(out)
     assert (record["status"], record["references"]) == ("ok", False)
     assert record["allreduce_time_s"] is record["local_step_s"] is None
-    assert set(record["wall_breakdown"]) == {"before_launch", "start", "warmup", "window",
-                                             "teardown", "after", "total"}
+    assert set(record["wall_breakdown"]) == {"before_launch", "start", "build", "warmup",
+                                             "window", "teardown", "after", "total"}
     assert "The scaling model" not in result.stdout

@@ -5,8 +5,10 @@ The phases, in the order they run:
 
 - ``before_launch``: the harness before the process tree (fingerprint, ceiling, a look at the
   machine or a wait for quiet);
-- ``start``: the process tree's start to the first rank's first step: the interpreter, imports,
-  the launcher's agent, the rendezvous, building the model;
+- ``start``: the process tree's start until the first rank's worker runs: the launcher (its
+  agent, as torchrun's or horovodrun's, imports its framework first) and the interpreter;
+- ``build``: from there to its first step: the framework's import, the rendezvous, the model,
+  the FLOP count and the matmul probe (both measured once per run);
 - ``warmup``: the warm-up steps, the calibration, and any window timed again
   (``scaling.workers.loop.timed_window``), up to the start of the counted window;
 - ``window``: the counted window;
@@ -37,7 +39,8 @@ def wall_breakdown(cell_start: float, tree_start: float, tree_end: float, record
     marks = (report or {}).get("marks") or {}
     ends = [("before_launch", tree_start)]
     if "first_step" in marks and report.get("end") is not None:
-        ends += [("start", marks["first_step"]), ("warmup", report["start"]),
+        ends += [("start", marks.get("entered", marks["first_step"])),
+                 ("build", marks["first_step"]), ("warmup", report["start"]),
                  ("window", report["end"])]
         ends += [(name, marks[name]) for name in REFERENCES if name in marks]
         ends.append(("teardown", tree_end))

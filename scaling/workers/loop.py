@@ -199,14 +199,43 @@ def input_references(session, cell: Dict, faults: common.FaultInjector) -> Dict:
 
 def timed_local_chunks(session, steps: int, beside=None) -> list:
     """The mean seconds of one local step in each chunk of :func:`chunk_length` steps, on every
-    rank at once between two barriers. ``beside``: a function run in a second thread through
-    each step (joined after it, outside the step's time)."""
+    rank at once between two barriers, until their mean is known to
+    :data:`REFERENCE_PRECISION` (:func:`precise_enough`) on every rank, after at least
+    :data:`REFERENCE_MIN_CHUNKS` chunks, or the ``steps`` have run. The ranks agree after each
+    chunk whether to go on (a collective between chunks, never inside one). ``beside``: a
+    function run in a second thread through each step (joined after it, outside the step's
+    time)."""
     session.barrier()
-    length = chunk_length(steps)
-    means = [_local_seconds(session, min(length, steps - start), beside)
-             / min(length, steps - start) for start in range(0, steps, length)]
+    length, means, done = chunk_length(steps), [], 0
+    while done < steps:
+        count = min(length, steps - done)
+        means.append(_local_seconds(session, count, beside) / count)
+        done += count
+        if len(means) >= REFERENCE_MIN_CHUNKS and done < steps and \
+                not session.agree_max(int(not precise_enough(means))):
+            break
     session.barrier()
     return means
+
+
+REFERENCE_PRECISION = 0.03
+"""A reference's chunks stop once the 95% interval of their mean is within this fraction of
+it: the scaling model sets each local step against another of about the same size."""
+REFERENCE_MIN_CHUNKS = 4
+"""Chunks a reference times at least, so that its interval rests on some spread."""
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179)
+"""Student's t at 97.5% for 1, 2, ... 12 degrees of freedom, the last one also beyond (a little
+wider than the truth there): the worker's standard-library copy of ``scaling.uncertainty``'s
+interval."""
+
+
+def precise_enough(means: list) -> bool:
+    """Whether the 95% t interval of the mean of ``means`` is within
+    :data:`REFERENCE_PRECISION` of it."""
+    mean = statistics.fmean(means)
+    t = T_975[min(len(means), len(T_975) + 1) - 2]
+    half = t * statistics.stdev(means) / len(means) ** 0.5
+    return half <= REFERENCE_PRECISION * mean
 
 
 def _local_seconds(session, count: int, beside) -> float:
@@ -314,6 +343,7 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
     the collective; either may add details to ``report``. ``cap_heap``: apply the cell's CPU
     memory cap as RLIMIT_DATA (frameworks that cap their own allocator pass False).
     """
+    entered = time.time()
     cell_dir = sys.argv[1]
     rank = common.process_ranks()[0]
     common.die_with_parent()
@@ -333,7 +363,7 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
             input_data.check_data_dir(cell["data"])
         session = build(cell, report, rank)
         faults = common.FaultInjector(rank)
-        marks = report["marks"] = {"first_step": time.time()}
+        marks = report["marks"] = {"entered": entered, "first_step": time.time()}
         report.update(timed_window(session, cell, faults))
         if cell.get("data") and cell["references"]:
             report.update(input_references(session, cell, faults))
