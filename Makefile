@@ -60,10 +60,13 @@ $(MXNET_VENV)/.installed:
 	touch $@
 
 # $(call install_extras,EXTRAS): the venv (made if missing) with the harness and EXTRAS.
+# --no-compile: Python compiles the modules a run imports when it first imports them, rather
+# than pip compiling every module of torch's and TensorFlow's wheels at install (a third of
+# the quickstart's install).
 define install_extras
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(1)]'
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e '.[$(1)]'
 endef
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
