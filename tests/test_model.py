@@ -15,7 +15,7 @@ from scaling.cli import cli
 from scaling.report.extrapolation import (curve_model, extrapolate, line_at, predicted_curves,
                                           ring_allreduce_s, step_band)
 from scaling.report.figures import scaling_figure
-from scaling.report.model import model_lines, prediction, with_predictions
+from scaling.report.model import model_lines, prediction, tells, with_predictions
 from scaling.report.tables import series_key, with_scaling
 
 
@@ -292,3 +292,9 @@ def test_predict_redraws_the_report_with_its_counts(tmp_path):
     assert result.exit_code == 0 and "predicted curves dashed" in result.output
     page = (out / "report.html").read_text()
     assert "Throughput (dashed: predicted)" in page and "<!-- 64 -->" in page
+
+
+def test_a_band_wider_than_a_quarter_of_the_prediction_cannot_tell():
+    assert tells(100.0, 80.0, 125.0)
+    assert not tells(100.0, 70.0, 110.0) and not tells(100.0, 90.0, 130.0)
+    assert not tells(100.0, 90.0, None)  # an open end tells nothing

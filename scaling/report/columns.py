@@ -57,6 +57,9 @@ SCALING_FIELDS: Dict[str, str] = {
                                 "single step, plus launcher_s, contention_s, interference_s and "
                                 "the allreduce not hidden (scaling.report.model), the middle of "
                                 "its band; empty at one device",
+    "model_tells": "whether the prediction's band is within 25% of it on both sides; where "
+                   "it is not, the model cannot tell at this size whether the measurement "
+                   "meets it (the table says so beside the ratio)",
     "predicted_images_per_sec_low": "the band's low end: no overlap of the allreduce (or the "
                                     "profiled exposure), at the high ends of every term's "
                                     "interval",

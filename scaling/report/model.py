@@ -46,7 +46,7 @@ TERMS = {"launcher_s": "the launcher", "contention_s": "contention",
 """Each measured term of the step beyond the compute, and its name as a ``loss_term``."""
 
 MODEL_FIELDS = ("model_input", "predicted_images_per_sec", "predicted_images_per_sec_low",
-                "predicted_images_per_sec_high", "prediction_ratio", "loss_term",
+                "predicted_images_per_sec_high", "model_tells", "prediction_ratio", "loss_term",
                 "loss_term_share", "beside_share",
                 *(f"{name}{end}" for name in TERMS for end in ("", "_low", "_high")))
 
@@ -138,13 +138,26 @@ def prediction(row: Dict, alone_ci95: Optional[List[float]] = None) -> Dict:
     losses = {name: term.value for name, term in found.items()}
     losses["exposed communication"] = exposed if exposed is not None else step.value - busy.value
     losses["the rest"] = step_s - compute.value - sum(losses.values())
+    low, high = rate(images, step.high), rate(images, step.low)
     return {**fields, "predicted_images_per_sec": images / step.value,
-            "predicted_images_per_sec_low": rate(images, step.high),
-            "predicted_images_per_sec_high": rate(images, step.low),
+            "predicted_images_per_sec_low": low, "predicted_images_per_sec_high": high,
+            "model_tells": tells(images / step.value, low, high),
             "prediction_ratio": row["images_per_sec"] * step.value / images,
             "loss_term": None if step_s <= compute.value else max(losses, key=losses.get),
             "loss_term_share": None if step_s <= compute.value
             else max(losses.values()) / step_s}
+
+
+TELLING_BAND = 0.25
+"""A prediction whose band reaches further than this fraction of it on either side cannot tell
+a measurement that meets the model from one that misses it."""
+
+
+def tells(predicted: float, low: Optional[float], high: Optional[float]) -> bool:
+    """Whether the band from ``low`` to ``high`` (None: open) is within :data:`TELLING_BAND`
+    of ``predicted`` on both sides."""
+    return low is not None and high is not None and \
+        max(predicted - low, high - predicted) <= TELLING_BAND * predicted
 
 
 def alone_intervals(rows: List[Dict]) -> Dict[Tuple, List[float]]:
@@ -237,7 +250,9 @@ def model_lines(rows: List[Dict], label) -> List[Tuple[str, ...]]:
         else:
             band = _band(row["predicted_images_per_sec_low"],
                          row["predicted_images_per_sec_high"])
-            columns = (f"{predicted:,.1f}{band}", f"{row['prediction_ratio']:.2f}")
+            ratio = f"{row['prediction_ratio']:.2f}"
+            columns = (f"{predicted:,.1f}{band}", ratio if row["model_tells"] else
+                       f"{ratio}: cannot tell at this size (band over ±{TELLING_BAND:.0%})")
         lines.append((f"{row['workload']} at {row['image_size']}px on {row['device_type']}",
                       label(row), str(row["total_devices"]), f"{row['images_per_sec']:,.1f}",
                       *columns, *(milliseconds(row, name) for name in TERMS),
