@@ -24,6 +24,7 @@ from pathlib import Path
 
 from benchlib import machine
 from scaling.execute.store import ResultStore
+from scaling.execute.wall import window_share
 from scaling.report.model import with_predictions
 from scaling.report.tables import cell_summary, series_key, with_scaling
 
@@ -64,7 +65,10 @@ def one_run(out: Path) -> dict:
             "model_terms": [{name: row.get(name) for name in TERMS} for row in group
                             if devices > 1],
         }
-    return {"folder": str(out), "sweep_s": time.perf_counter() - started,
+    sweep_s = time.perf_counter() - started
+    share = window_share(ResultStore(out).records())
+    return {"folder": str(out), "sweep_s": sweep_s, "windows_s": share["window_s"],
+            "window_share_of_sweep": share["window_s"] / sweep_s,
             "curves": len({series_key(row) for row in rows}), "points": points}
 
 
@@ -134,7 +138,8 @@ def main() -> None:
         if out.exists():
             raise SystemExit(f"{out} exists: choose another --scratch")
         runs.append(one_run(out))
-        print(f"run {index + 1}: {runs[-1]['sweep_s']:.0f} s", flush=True)
+        print(f"run {index + 1}: {runs[-1]['sweep_s']:.0f} s, "
+              f"{runs[-1]['window_share_of_sweep']:.0%} in windows", flush=True)
     result = {"benchmark": "quickstart_repeat", "machine": machine(),
               "config": (ROOT / "configs" / "quickstart.yaml").read_text(), "runs": runs,
               "checks": checks(runs)}
