@@ -1,25 +1,32 @@
-"""PyTorch definitions of the registry's workloads (random initialisation, no pretrained weights)."""
+"""PyTorch definitions of the registry's workloads (random initialisation, no pretrained weights).
+
+torchvision is imported by the workloads it builds only: its import loads torch's compiler
+(``torch._dynamo``, about two seconds on a CPU core), which a cell of the networks defined
+here, under ``single``, never needs."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torchvision import models
 
 
 def alexnet(image_size: int, classes: int) -> nn.Module:
+    from torchvision import models
     return models.alexnet(weights=None, num_classes=classes)
 
 
 def googlenet(image_size: int, classes: int) -> nn.Module:
+    from torchvision import models
     return models.googlenet(weights=None, num_classes=classes, aux_logits=False, init_weights=True)
 
 
 def resnet50(image_size: int, classes: int) -> nn.Module:
+    from torchvision import models
     return models.resnet50(weights=None, num_classes=classes)
 
 
 def inception_v3(image_size: int, classes: int) -> nn.Module:
+    from torchvision import models
     return models.inception_v3(
         weights=None, num_classes=classes, aux_logits=False, init_weights=True
     )
