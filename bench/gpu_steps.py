@@ -1,6 +1,6 @@
 """The steps of ``bench/gpu_validation.py``: what each one runs through the real command line,
-what it needs, how long it takes on one H100 (what it took there, rounded up, where it ran; an
-estimate where it has not: ``tune``, ``allreduce``, ``tensorflow``, ``mxnet``), and which
+what it needs, how long it takes on one H100 or H200 (what it took there, rounded up, where it
+ran; an estimate where it has not: ``tune``, ``allreduce``, ``tensorflow``, ``mxnet``), and which
 figures it keeps from what it wrote."""
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ STEPS = [
          install_commands, install_summary, needs=lambda ctx: None),
     Step("throughput", "single against torchrun (and Horovod) at one GPU and all: ResNet-50 "
          "at 224, AMP and channels_last, batch 256, parallel_overhead, and where each cell's "
-         "wall time went", 180,
+         "wall time went", 160,
          throughput_commands, sweep_summary("throughput")),
     Step("telemetry", "NVML telemetry and energy: images_per_joule, mfu against the peak "
          "table, the idle share of a profiled step", 50, telemetry_commands,
@@ -319,7 +319,7 @@ STEPS = [
     Step("maxbatch", "the largest ResNet-50 batch at 224 with AMP, confirmed", 150,
          maxbatch_commands, maxbatch_summary),
     Step("real_data", "real JPEGs at 224 px with 4 and 12 loader workers (pinned memory), "
-         "and the input_bound verdict", 150, real_data_commands, sweep_summary("real_data")),
+         "and the input_bound verdict", 200, real_data_commands, sweep_summary("real_data")),
     Step("jax", "JAX in bf16, single against the jax launcher", 120,
          framework_commands("jax", "jax", "jax", {"amp": True}, 128),
          sweep_summary("jax"), needs=missing("jax")),

@@ -26,7 +26,8 @@ from benchlib import machine
 from scaling.execute.store import ResultStore
 from scaling.execute.wall import window_share
 from scaling.report.model import with_predictions
-from scaling.report.tables import cell_summary, series_key, with_scaling
+from scaling.report.curves import series_key
+from scaling.report.tables import cell_summary, with_scaling
 
 ROOT = Path(__file__).resolve().parents[1]
 TERMS = ("repeat", "images_per_sec", "baseline_images_per_sec", "launcher_s", "contention_s",

@@ -1,8 +1,8 @@
 """The one definition of what the harness writes: statuses, rank reports and cell records.
 
-The README's field list and the tests come from here (the report's own columns and the CSV's
-order, from ``scaling.report.columns``). Standard library only: workers import it under any
-interpreter.
+The field list of docs/results.md and the tests come from here (the report's own columns and
+the CSV's order, from ``scaling.report.columns``). Standard library only: workers import it
+under any interpreter.
 """
 
 from __future__ import annotations

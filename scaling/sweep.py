@@ -91,10 +91,8 @@ REFERENCES = {
     "every": "every repeat times them",
     "none": "throughput alone: no repeat times them, and the report has no scaling model",
 }
-"""After its window, a cell may time the references that explain it: the local steps, with and
-without an allreduce beside them, the gradients' allreduce (the scaling model's terms) and, on
-real data, the loader alone and the synthetic step (the input verdict). They do not change
-between the repeats of a point, so by default only its first repeat pays for them."""
+"""Which repeats time the references after their window (the scaling model's local steps and
+allreduce, the input verdict's figures), which do not change between a point's repeats."""
 
 
 def times_references(policy: str, repeat: int) -> bool:

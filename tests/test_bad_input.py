@@ -150,7 +150,8 @@ def test_more_cpu_threads_than_cores_is_refused_unless_allowed(tmp_path):
 
 
 def test_devices_names_what_is_not_built_yet_and_the_command_that_builds_it(monkeypatch):
-    from scaling.launchers import PROJECT_ROOT, get_launcher
+    from scaling import PROJECT_ROOT
+    from scaling.launchers import get_launcher
 
     monkeypatch.setattr(get_launcher("horovod"), "venvs", {"tensorflow": ".venv-never-built"})
     result = scaling_in_process("devices")

@@ -13,7 +13,8 @@ from scaling.cell import make_cell
 from scaling.errors import ScalingError
 from scaling.hardware import cpu_cores
 from scaling.launchers import launchers_of
-from scaling.report.tables import scaling_tables, series_key, with_scaling
+from scaling.report.curves import series_key
+from scaling.report.tables import scaling_tables, with_scaling
 from scaling.sweep import expand, parse_sweep
 
 TINY = ("--workload", "cifar10", "--batch-size", 4, "--image-size", 16, "--steps", 2,

@@ -17,7 +17,7 @@ from scaling.execute.ceiling import (CEILINGS_ENV, CEILINGS_FILE, REPEATS, ceili
 from scaling.execute.store import locked_append
 from scaling.frameworks import get_framework
 from scaling.hardware import cpu_cores
-from scaling.peaks import compute_facts, gpu_peak
+from scaling.execute.peaks import compute_facts, gpu_peak
 from scaling.workers.pytorch.flops import flops_per_image as torch_flops_per_image
 from workloads import WORKLOADS, get_workload
 

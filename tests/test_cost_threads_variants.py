@@ -14,7 +14,8 @@ from conftest import (read_records, recorded_cell, scaling_cli_ok, scaling_in_pr
 from scaling.cli.options import parse_prices
 from scaling.errors import ScalingError
 from scaling.report.cost import with_costs
-from scaling.report.tables import series_key, with_scaling
+from scaling.report.curves import series_key
+from scaling.report.tables import with_scaling
 from scaling.sweep import expand, parse_sweep
 
 

@@ -40,9 +40,51 @@ def imported_modules(path: Path):
 
 @pytest.mark.parametrize("worker", WORKERS, ids=relative)
 def test_workers_import_from_the_harness_only_inside_workers(worker):
+    """Beside their own package, workers take only the atomic writes, a standard-library core
+    module."""
     harness = [name for name in imported_modules(worker)
-               if name.split(".")[0] == "scaling" and not name.startswith("scaling.workers")]
+               if name.split(".")[0] == "scaling" and not name.startswith("scaling.workers")
+               and name != "scaling.atomic"]
     assert harness == []
+
+
+def test_no_module_of_the_package_imports_itself_through_others():
+    """Import circles: none, counting imports inside functions too. A package's own
+    ``__init__`` importing its plug-in modules counts like any other import."""
+    modules = {".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+               .removesuffix(".__init__"): path for path in MODULES}
+
+    def known(name):
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {name: {known(found) for found in imported_modules(path)
+                    if found.startswith("scaling")} - {name, ""}
+             for name, path in modules.items()}
+    for name in graph:  # a from-import of a submodule names it: ``from scaling.x import y``
+        graph[name] |= {f"{other}.{leaf}" for other in list(graph[name])
+                        for leaf in _from_names(modules[name], other)
+                        if f"{other}.{leaf}" in modules}
+    circles = []
+    for start in sorted(graph):
+        seen, stack = set(), [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    circles.append(" -> ".join(path + [start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+    assert circles == []
+
+
+def _from_names(path: Path, module: str):
+    """The names that ``path`` imports ``from module``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == module and node.level == 0:
+            yield from (alias.name for alias in node.names)
 
 
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))

@@ -16,7 +16,8 @@ from scaling.report.extrapolation import (curve_model, extrapolate, line_at, pre
                                           ring_allreduce_s, step_band)
 from scaling.report.figures import scaling_figure
 from scaling.report.model import model_lines, prediction, tells, with_predictions
-from scaling.report.tables import series_key, with_scaling
+from scaling.report.curves import series_key
+from scaling.report.tables import with_scaling
 
 
 def test_the_ring_allreduce_moves_2_n_minus_1_over_n_of_the_bytes():

@@ -9,7 +9,8 @@ import pytest
 from conftest import recorded_cell as record
 from conftest import scaling_cli, scaling_in_process
 
-from scaling.report.tables import series_key, speedup_vs_linear, with_scaling
+from scaling.report.curves import series_key
+from scaling.report.tables import speedup_vs_linear, with_scaling
 from scaling.report.columns import CSV_COLUMNS
 
 

@@ -1,4 +1,4 @@
-"""One schema: the README documents every record field and status that the harness writes."""
+"""One schema: docs/results.md documents every record field and status that the harness writes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from scaling.report.columns import SCALING_FIELDS
 from scaling.schema import ALLREDUCE_FIELDS, RECORD_FIELDS, STATUSES
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
 
 
 def test_the_readme_lists_every_record_field_and_status():

@@ -20,7 +20,8 @@ from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_l
 from scaling.report.input import INPUT_HEADERS, INPUT_TITLE, input_lines
 from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines
 from scaling.report.side_tables import cost_tables, thread_tables
-from scaling.report.tables import curve_label, report, scaling_tables, series_key
+from scaling.report.curves import curve_label, series_key
+from scaling.report.tables import report, scaling_tables
 from scaling.units import format_bytes
 
 # Piped output (a log, a notebook cell) is not cut to 80 columns, so wide tables stay whole.

@@ -16,7 +16,8 @@ from scaling.errors import ScalingError
 from scaling.execute.store import ResultStore
 from scaling.report.extrapolation import predicted_curves
 from scaling.report.model import with_predictions
-from scaling.report.tables import curve_label, series_key, with_scaling
+from scaling.report.curves import curve_label, series_key
+from scaling.report.tables import with_scaling
 
 PREDICTIONS_FILE = "predictions.csv"
 

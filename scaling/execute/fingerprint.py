@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from scaling import hardware
-from scaling.workers.common import write_json_atomically
+from scaling.atomic import write_json_atomically
 
 FINGERPRINTS_DIR = "fingerprints"
 """The folder of OUT that holds one file per fingerprint."""

@@ -29,10 +29,10 @@ from scaling.execute.store import ResultStore
 from scaling.execute.wall import wall_breakdown
 from scaling.frameworks import get_framework, missing_framework
 from scaling.launchers import default_python, get_launcher
-from scaling.peaks import COMPUTE_FIELDS, compute_facts
+from scaling.execute.peaks import COMPUTE_FIELDS, compute_facts
 from scaling.placement import Placement, local_placement
 from scaling.workers import collective_env
-from scaling.workers.common import write_json_atomically
+from scaling.atomic import write_json_atomically
 
 COMPUTE_CACHE = "compute-cache.json"
 """The run's FLOP counts and matmul probes, measured once (``scaling.workers.compute``)."""

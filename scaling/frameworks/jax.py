@@ -1,6 +1,6 @@
 """JAX with Flax NNX models and optax: workers in the harness's own interpreter."""
 
-from scaling.frameworks import Framework, register_framework
+from scaling.frameworks.base import Framework, register_framework
 
 register_framework(Framework(
     name="jax",

@@ -3,7 +3,7 @@ interpreter: ``frameworks.mxnet.python`` in a sweep, ``--python`` on the command
 ``SCALING_MXNET_PYTHON`` environment variable, or by default ``.venv-mxnet/bin/python`` in the
 project (``make mxnet-env`` creates it)."""
 
-from scaling.frameworks import Framework, register_framework
+from scaling.frameworks.base import Framework, register_framework
 
 register_framework(Framework(
     name="mxnet",

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 from scaling.errors import ScalingError
 from scaling.frameworks import probe
-from scaling.launchers import Launcher, Number, register_launcher, thread_env, worker_argv
+from scaling.launchers.base import Launcher, Number, register_launcher, thread_env, worker_argv
 
 BUILD_HINT = "build it with: make horovod-env"
 

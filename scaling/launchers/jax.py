@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from scaling.launchers import (Number, OneProcessPerNode, SpawnedPerDevice, register_launcher,
+from scaling.launchers.base import (Number, OneProcessPerNode, SpawnedPerDevice, register_launcher,
                                thread_env)
 from scaling.workers.jax.parallel import COORDINATOR_ENV
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from scaling.launchers import Number, OneProcessPerNode, register_launcher, thread_env
+from scaling.launchers.base import Number, OneProcessPerNode, register_launcher, thread_env
 
 
 @register_launcher

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import List
 
 from scaling.frameworks import FRAMEWORKS
-from scaling.launchers import Launcher, register_launcher, worker_argv
+from scaling.launchers.base import Launcher, register_launcher, worker_argv
 
 BASELINE_LAUNCHER = "single"
 """The launcher of every curve's baseline."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import List
 
-from scaling.launchers import Launcher, Number, register_launcher, worker_argv
+from scaling.launchers.base import Launcher, Number, register_launcher, worker_argv
 
 
 @register_launcher

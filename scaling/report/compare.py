@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Tuple
 from scaling.errors import ScalingError
 from scaling.execute.fingerprint import differing_fields, read_fingerprints
 from scaling.report.baseline import figure_interval
-from scaling.report.tables import curve_fields
+from scaling.report.curves import curve_fields
 
 VERDICTS = ("regression", "improvement", "within noise", "same", "still failing")
 COMPARE_COLUMNS = ["framework", "launcher", "workload", "batch_size", "image_size",

@@ -20,8 +20,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from scaling.frameworks import FRAMEWORKS, get_framework  # noqa: E402
-from scaling.report.tables import (cell_summary, curve_label, series_key,  # noqa: E402
-                                   workload_groups)
+from scaling.report.curves import curve_label, series_key  # noqa: E402
+from scaling.report.tables import cell_summary, workload_groups  # noqa: E402
 from scaling.units import format_bytes  # noqa: E402
 
 _SPARE_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#17becf")

@@ -31,8 +31,8 @@ from scaling.report.figures import (allreduce_figure, cost_figure, frameworks_fi
                                     scaling_figure, svg, workloads_figure)
 from scaling.report.provenance import provenance
 from scaling.report.tuning import tuning_section
-from scaling.report.tables import (cell_summary, curve_label, family_key, family_label, figure_text,
-                                   scaling_text, series_key, workload_groups)
+from scaling.report.curves import curve_label, family_key, family_label, series_key
+from scaling.report.tables import cell_summary, figure_text, scaling_text, workload_groups
 from scaling.schema import STATUSES
 from scaling.units import format_bytes
 

@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Tuple
 
 from scaling.launchers.single import BASELINE_LAUNCHER
 from scaling.report.baseline import single_key
+from scaling.report.curves import baseline_key
 from scaling.report.extrapolation import (Term, compute_term, difference, leave_one_out,
                                           measured, rate, scaled, step_term, total)
 from scaling.uncertainty import relative_half_width
@@ -189,8 +190,6 @@ def alone_intervals(rows: List[Dict]) -> Dict[Tuple, List[float]]:
 def with_predictions(rows: List[Dict]) -> List[Dict]:
     """``rows`` with :func:`prediction`'s fields added, and the leave-one-out check
     (``prediction_error``) on each curve with two or more multi-device points."""
-    from scaling.report.tables import baseline_key  # tables builds its rows with this module
-
     alone = alone_intervals(rows)
     for row in rows:
         key = single_key(row) if row["status"] == "ok" else None

@@ -10,7 +10,8 @@ from typing import Dict, List
 
 from rich.table import Table
 
-from scaling.report.tables import curve_label, series_key, workload_groups
+from scaling.report.curves import curve_label, series_key
+from scaling.report.tables import workload_groups
 
 
 def cost_tables(rows: List[Dict]) -> List[Table]:

@@ -14,7 +14,8 @@ from typing import Dict, List, Optional, Tuple
 
 from scaling.execute.wall import window_share
 from scaling.launchers.single import BASELINE_LAUNCHER
-from scaling.report.tables import cell_summary, curve_label, series_key
+from scaling.report.curves import curve_label, series_key
+from scaling.report.tables import cell_summary
 
 MARKS = ("noisy", "drifted", "suspect", "straggler")
 

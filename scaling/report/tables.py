@@ -22,7 +22,9 @@ from typing import Dict, List, Optional, Tuple
 from rich.table import Table
 
 from scaling.report.baseline import (Baseline, baseline_gap_s, baselines, drift_reason,
-                                     figure_interval, input_label)
+                                     figure_interval)
+from scaling.report.curves import (baseline_key, curve_fields, curve_label, reported_version,
+                                   series_key)
 from scaling.report.cost import sweep_prices, with_costs
 from scaling.report.input import with_input_verdicts
 from scaling.report.model import with_predictions
@@ -34,45 +36,6 @@ SUSPECT_EFFICIENCY = 1.05
 """Efficiency above this is beyond linear scaling: contention in the baseline, or noise."""
 SUSPECT_WIDTH = 0.10
 """An interval wider than this fraction of its figure does not pin the figure down."""
-
-
-def reported_version(record: Dict) -> str:
-    """The version of the record's framework, as its workers reported it ("" if none did)."""
-    return str((record.get("versions") or {}).get(record["framework"], ""))
-
-
-def explicit_threads(record: Dict) -> str:
-    """``4 threads`` when a CPU cell's threads per device were given rather than the default
-    (the cores over the largest device count), as on a threads axis; empty otherwise. Records
-    from before ``threads_default`` took the cores split across their own devices as default."""
-    threads = record.get("threads_per_device")
-    if record["device_type"] != "cpu" or not threads:
-        return ""
-    cores = record.get("cpu_cores")
-    if "threads_default" in record:
-        default = record["threads_default"]
-    else:
-        default = not cores or threads == max(1, cores // record["devices"])
-    return "" if default else f"{threads} thread" + ("s" if threads > 1 else "")
-
-
-def curve_fields(record: Dict) -> Tuple:
-    """What a curve is made of, except the framework version: framework (or its variant, such
-    as ``tensorflow@tf215``), launcher, workload, per-device batch, image size, device type,
-    options (with threads per device where they are not the default, the real data with its
-    loader workers, and the collectives' settings from the environment), mode and the device
-    unit (a CPU device's threads, default or not), so that points of different units never
-    join one curve nor pool as repeats."""
-    options = json.dumps(record.get("options") or {}, sort_keys=True)
-    settings = " ".join(f"{name}={value}" for name, value in
-                        sorted((record.get("collective_env") or {}).items()))
-    extra = [text for text in (explicit_threads(record), input_label(record), settings) if text]
-    if extra:
-        options = " ".join(([options] if options != "{}" else []) + extra)
-    unit = record.get("threads_per_device") if record["device_type"] == "cpu" else None
-    return (record.get("variant") or record["framework"], record["launcher"],
-            record["workload"], record["batch_size"], record["image_size"],
-            record["device_type"], options, record.get("mode", "train"), unit)
 
 
 def with_framework_versions(records: List[Dict]) -> List[Dict]:
@@ -91,20 +54,6 @@ def with_framework_versions(records: List[Dict]) -> List[Dict]:
     return rows
 
 
-def baseline_key(row: Dict) -> Tuple:
-    """What a curve's baseline shares with it: everything but the device and node counts."""
-    framework, *rest = curve_fields(row)
-    return (framework, row["framework_version"], *rest)
-
-
-def series_key(row: Dict) -> Tuple:
-    """Rows that share this key form one scaling curve; the device count varies along it.
-    Points on several nodes form their own curve."""
-    return (*baseline_key(row), row.get("nodes", 1))
-
-
-
-
 def suspect_reason(images_per_sec: float, interval: Optional[List[float]],
                    efficiency: Optional[float]) -> Optional[str]:
     """Why a figure should not be taken as it is, or None."""
@@ -115,29 +64,6 @@ def suspect_reason(images_per_sec: float, interval: Optional[List[float]],
         reasons.append(f"the 95% interval spans {(interval[1] - interval[0]) / images_per_sec:.0%}"
                        f" of the figure")
     return "; ".join(reasons) or None
-
-
-def curve_label(key: Tuple) -> str:
-    """``torch 2.14.1 / torchrun, batch 16 {"xla": true}, 2 nodes`` for a series key."""
-    return family_label(family_key(key), batch=key[4])
-
-
-def family_key(key: Tuple) -> Tuple:
-    """A series key without its per-device batch: the curves of one images/sec grid, whose
-    rows are the batches and whose columns are the device counts."""
-    return (*key[:4], *key[5:])
-
-
-def family_label(family: Tuple, batch: Optional[int] = None) -> str:
-    framework, version, launcher, _, _, _, options, mode, _, nodes = family
-    label = f"{framework} {version}".strip() + f" / {launcher}"
-    if batch is not None:
-        label += f", batch {batch}"
-    if options != "{}":
-        label += f" {options}"
-    if mode != "train":
-        label += f", {mode}"
-    return label + (f", {nodes} nodes" if nodes > 1 else "")
 
 
 def speedup_vs_linear(images_per_sec: Optional[float], baseline: Optional[float],

@@ -23,12 +23,12 @@ from typing import Dict, List, Optional, Tuple
 from scaling.execute import preflight as check
 from scaling.execute.run import run_cell
 from scaling.placement import Placement
-from scaling.slurm import controller, queue
+from scaling.slurm import queue
 from scaling.slurm.backend import POLL_S
+from scaling.slurm.environment import JobEnvironment, hostnames, node_addresses, rendezvous_port
 from scaling.slurm.submit import submit_array
-from scaling.slurm.task import node_addresses, rendezvous_port
 from scaling.sweep import SlurmSection
-from scaling.workers.common import write_json_atomically
+from scaling.atomic import write_json_atomically
 
 NODES_DIR = "preflight-nodes"
 PAIRS_DIR = "preflight-pairs"
@@ -81,11 +81,10 @@ def wait_for(paths: List[Path], timeout_s: float = WAIT_S) -> None:
 def run_preflight_task(out_dir, spec: Dict, env=os.environ) -> Dict:
     """This node's preflight; on node 0, also the fleet's verdict in ``OUT/preflight.json``."""
     out_dir = Path(out_dir)
-    nodelist = env["SLURM_JOB_NODELIST"]
-    names = _names(nodelist)
+    job = JobEnvironment.read(env)
+    nodelist, node, job_id = job.job_nodelist, job.node_rank, job.job_id
+    names = hostnames(nodelist)
     hosts = node_addresses(nodelist)
-    node = int(env.get("SLURM_NODEID", "0"))
-    job_id = env.get("SLURM_ARRAY_JOB_ID", env["SLURM_JOB_ID"])
     measured = check.measure_node(out_dir / "nodes" / names[node], spec["device_type"],
                                   spec["devices"], spec["threads"], spec["repeats"],
                                   host=names[node])
@@ -118,15 +117,11 @@ def run_preflight_task(out_dir, spec: Dict, env=os.environ) -> Dict:
     return {"cell": "preflight", "status": "ok"}
 
 
-def _names(nodelist: str) -> List[str]:
-    return controller.call(["scontrol", "show", "hostnames", nodelist]).split()
-
-
 def submit_preflight(spec: Dict, out_dir, section: SlurmSection, nodes: Optional[int],
                      nodelist: Optional[str], wait: bool, console) -> Optional[Dict]:
     """Submit the preflight of ``nodes`` nodes (or of ``nodelist``) as one job; with ``wait``,
     its verdict once the job ended ({} when it wrote none), else None."""
-    nodes = nodes or (len(_names(nodelist)) if nodelist else 1)
+    nodes = nodes or (len(hostnames(nodelist)) if nodelist else 1)
     out = Path(out_dir).resolve()
     (out / check.PREFLIGHT_FILE).unlink(missing_ok=True)
     job = submit_array(out, "preflight", {"preflight": spec}, {"cells": []}, section, tasks=1,

@@ -41,7 +41,7 @@ from scaling.execute.run import make_record
 from scaling.execute.store import ResultStore, locked
 from scaling.slurm import controller
 from scaling.slurm.submit import SLURM_DIR, read_ledger, steps_started
-from scaling.workers.common import write_json_atomically
+from scaling.atomic import write_json_atomically
 
 ACTIVE = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending",
           "REQUEUE_HOLD": "pending", "REQUEUE_FED": "pending", "RESIZING": "pending",

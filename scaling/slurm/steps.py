@@ -31,6 +31,7 @@ from scaling.cell import Cell
 from scaling.execute import preflight as check
 from scaling.execute.store import ResultStore, locked_append
 from scaling.slurm import controller
+from scaling.slurm.environment import JobEnvironment, hostnames
 from scaling.slurm.preflight import NODES_DIR
 from scaling.slurm.queue import patiently, record_without_run
 from scaling.slurm.submit import steps_file
@@ -84,19 +85,19 @@ def run_cell_step(out_dir: Path, name: str, group_file: str, index: int, fields:
     marker.unlink(missing_ok=True)
     locked_append(steps_file(out_dir, name), {
         "cell": cell.cell_id, "index": index, "nodes": nodes,
-        "restart_count": int(env.get("SLURM_RESTART_COUNT", "0"))})
+        "restart_count": JobEnvironment.read(env).restart_count})
     say(f"{cell.cell_id} on {','.join(nodes)}")
     ran = started_step(srun_argv(nodes, env, "slurm-task", str(out_dir), group_file,
                                  str(index)), marker.exists)
     store = ResultStore(out_dir)
     if cell.cell_id in store.done():
         return
-    job_id = env.get("SLURM_ARRAY_JOB_ID", env.get("SLURM_JOB_ID"))
+    job_id = JobEnvironment.read(env).job_id
     error = (f"Slurm did not start its step in allocation {job_id}" if ran is None else
              f"its srun step in allocation {job_id} exited {ran.returncode} without a record")
     store.append_once(record_without_run(out_dir, fields, {"status": "crashed", "error": error}, {
         "job_id": job_id, "array_task_id": 0, "allocation": "one",
-        "node_list": ",".join(nodes), "job_node_list": env.get("SLURM_JOB_NODELIST")}))
+        "node_list": ",".join(nodes), "job_node_list": JobEnvironment.read(env).job_nodelist}))
 
 
 def preflight_nodes(out_dir: Path, group_file: str, nodes: List[str], env) -> List[str]:
@@ -120,7 +121,7 @@ def run_allocation(out_dir, group_file: str, env=os.environ) -> int:
     unrun for want of good nodes."""
     out_dir = Path(out_dir)
     group = json.loads(Path(group_file).read_text())
-    nodes = controller.call(["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]]).split()
+    nodes = hostnames(JobEnvironment.read(env).job_nodelist)
     if group.get("preflight_group"):
         nodes = preflight_nodes(out_dir, group["preflight_group"], nodes, env)
     left = 0

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +33,9 @@ from scaling.execute.store import ResultStore
 from scaling.launchers import get_launcher
 from scaling.placement import Placement
 from scaling.slurm import controller
+from scaling.slurm.environment import JobEnvironment, node_addresses, rendezvous_port
 from scaling.slurm.queue import patiently
-from scaling.workers.common import write_json_atomically
+from scaling.atomic import write_json_atomically
 
 STARTED = "step-started"
 """Written in the cell's folder when a step of a whole-sweep allocation starts its cell, so the
@@ -45,51 +45,27 @@ UNTIL_ANSWERED = float("inf")
 """A cell waits out any outage of the controller, within its job's time limit: its record is
 worth more than the wait."""
 
-_ADDR = re.compile(r"\bNodeName=(\S+).*?\bNodeAddr=(\S+)")
-
-
-def node_addresses(nodelist: str) -> List[str]:
-    """The address of each node of ``nodelist`` (Slurm's compressed form), in its order."""
-    names = controller.call(["scontrol", "show", "hostnames", nodelist]).split()
-    out = controller.call(["scontrol", "show", "node", "-o", ",".join(names)])
-    addresses = dict(_ADDR.findall(out))
-    return [addresses.get(name, name) for name in names]
-
-
-def rendezvous_port(job_id: str, task_id: str) -> int:
-    """A port in 20000-49999 that every node of the task derives alike."""
-    return 20000 + (int(job_id) * 131 + int(task_id) * 17) % 30000
-
-
-def step_nodelist(env=os.environ) -> str:
-    """The nodes of this ``srun`` step: all of the job's for an array task, a subset for a step
-    of a whole-sweep allocation."""
-    return env.get("SLURM_STEP_NODELIST", env["SLURM_JOB_NODELIST"])
-
-
 def slurm_placement(cell: Cell, index: int, env=os.environ) -> Placement:
-    hosts = patiently(lambda: node_addresses(step_nodelist(env)), PATIENCE_POLL_S,
+    job = JobEnvironment.read(env)
+    hosts = patiently(lambda: node_addresses(job.step_nodelist), PATIENCE_POLL_S,
                       UNTIL_ANSWERED)
-    job_id = env.get("SLURM_ARRAY_JOB_ID", env["SLURM_JOB_ID"])
     return Placement(len(hosts), tuple(hosts), get_launcher(cell.launcher).ranks_per_node(cell),
-                     int(env.get("SLURM_NODEID", "0")), hosts[0],
-                     rendezvous_port(job_id, str(index)))
+                     job.node_rank, hosts[0], rendezvous_port(job.job_id, str(index)))
 
 
 def node_facts(env=os.environ) -> Dict:
     """What this node is: its Slurm name, host, CPU and GPUs."""
-    return {"node": env.get("SLURMD_NODENAME"), **provenance(),
+    return {"node": JobEnvironment.read(env).node_name, **provenance(),
             "gpus": [gpu.get("name") for gpu in hardware.query_gpus()]}
 
 
 def other_jobs(env=os.environ) -> List[str]:
     """The jobs other than this array task running on its step's nodes (asked again while the
     controller does not answer)."""
-    own = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-           if "SLURM_ARRAY_JOB_ID" in env else env["SLURM_JOB_ID"])
-    running = patiently(lambda: controller.running_jobs(step_nodelist(env)), PATIENCE_POLL_S,
+    job = JobEnvironment.read(env)
+    running = patiently(lambda: controller.running_jobs(job.step_nodelist), PATIENCE_POLL_S,
                         UNTIL_ANSWERED)
-    return [job for job in running if job != own]
+    return [other for other in running if other != job.own_job]
 
 
 def flag_other_jobs(record: Dict, others: List[str]) -> None:
@@ -102,7 +78,7 @@ def flag_other_jobs(record: Dict, others: List[str]) -> None:
 
 def run_command(argv: List[str], env=os.environ) -> int:
     """A submitted ``scaling`` command, on the allocation's first node only."""
-    if env.get("SLURM_NODEID", "0") != "0":
+    if JobEnvironment.read(env).node_rank != 0:
         return 0
     return subprocess.run([sys.executable, "-m", "scaling", *argv]).returncode
 
@@ -137,14 +113,14 @@ def run_task(out_dir: str, group_file: str, index: int, env=os.environ) -> Dict:
     write_json_atomically(cell_dir / "node0.json", node_facts(env))
     others = sorted(set(before) | set(other_jobs(env)))
     flag_other_jobs(record, others)
+    job = JobEnvironment.read(env)
     record["slurm"] = {
-        "job_id": env.get("SLURM_ARRAY_JOB_ID", env.get("SLURM_JOB_ID")),
-        "array_task_id": int(env.get("SLURM_ARRAY_TASK_ID", index)),
-        "allocation": group.get("allocation", "array"), "step_id": env.get("SLURM_STEP_ID"),
-        "node_list": step_nodelist(env), "job_node_list": env.get("SLURM_JOB_NODELIST"),
+        "job_id": job.job_id, "array_task_id": int(job.array_task_id or index),
+        "allocation": group.get("allocation", "array"), "step_id": job.step_id,
+        "node_list": job.step_nodelist, "job_node_list": job.job_nodelist,
         "nodes": [json.loads(path.read_text())
                   for path in sorted(cell_dir.glob("node*.json"))],
-        "restart_count": int(env.get("SLURM_RESTART_COUNT", "0")),
+        "restart_count": job.restart_count,
         "exclusive": group.get("exclusive", False), "other_jobs": others,
     }
     write_json_atomically(cell_dir / "record.json", record)

@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from scaling.atomic import write_json_atomically
+
 NODE_NAME_ENV = ("SCALING_NODE_NAME", "SLURMD_NODENAME")
 """Where a rank finds its node's name, the first set wins: a backend that names its nodes
 otherwise than by host name sets ``SCALING_NODE_NAME`` in its ranks' environment (a Ray node,
@@ -256,16 +258,6 @@ def node_name(environ: Optional[Mapping[str, str]] = None) -> str:
 
 def report_path(cell_dir: str, rank: int) -> str:
     return os.path.join(cell_dir, f"rank{rank}.json")
-
-
-def write_json_atomically(path, data) -> None:
-    """A temporary file, fsync, then rename: readers see the old file or the whole new one."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as out:
-        json.dump(data, out, sort_keys=True)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
 
 
 def write_report(cell_dir: str, rank: int, report: Dict) -> None:

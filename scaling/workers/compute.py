@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Dict, Optional
 
-from scaling.workers import common
+from scaling.atomic import write_json_atomically
 from scaling.workers.matmul_worker import KERNELS
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -107,5 +107,5 @@ def cached(path: Optional[str], key: list, measure):
         entries = {}
     if name not in entries:
         entries[name] = measure()
-        common.write_json_atomically(path, entries)
+        write_json_atomically(path, entries)
     return entries[name]
