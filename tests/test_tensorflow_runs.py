@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
+import statistics
+from pathlib import Path
 
 import pytest
 
 from conftest import (check_images_per_sec, fresh_process_value, leftover_cell_processes,
                       rank_reports, read_records, scaling_cli, scaling_in_process, write_sweep)
+from cpugroup import AHEAD_SHARES, cpu_group
+from scaling.execute.monitor import TELEMETRY_FILE
 from workloads import WORKLOADS
 
 LAUNCHERS = ["tf-mirrored", "tf-multiworker"]
 
 
 def run_tf(out_dir, launcher, workload="cifar10", devices=1, batch=8, size=32, steps=3,
-           warmup=2, extra=(), env=None, timeout=300):
+           warmup=2, extra=(), env=None, timeout=300, cpu_group=None):
     result = scaling_cli(
         "run", "--framework", "tensorflow", "--launcher", launcher, "--workload", workload,
         "--devices", devices, "--batch-size", batch, "--image-size", size, "--steps", steps,
         "--warmup", warmup, "--device-type", "cpu", "--timeout", timeout, "--out", out_dir,
-        *extra, env=env,
+        *extra, env=env, cpu_group=cpu_group,
     )
     assert result.returncode in (0, 1), result.stderr
     record = read_records(out_dir)[-1]
@@ -83,6 +89,29 @@ def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size):
                     warmup=1)
     assert record["status"] == "ok", record["error"]
     assert record["image_size"] == size
+
+
+@pytest.mark.slow
+def test_a_cpu_device_of_one_thread_keeps_to_one_core(out_dir):
+    # GoogLeNet's inception branches give TensorFlow ops to run side by side: with two inter-op
+    # threads this cell used 1.6 cores. The cell runs in a CPU group ahead of the neighbouring
+    # tests (where one can be made), so that it gets every core it asks for.
+    with contextlib.ExitStack() as stack:
+        try:
+            group = stack.enter_context(cpu_group(f"scaling-ahead-{os.getpid()}-tf-threads",
+                                                  shares=AHEAD_SHARES))
+        except pytest.skip.Exception:
+            group = None
+        record = run_tf(out_dir, "single", workload="googlenet", size=32, steps=1, warmup=1,
+                        extra=("--threads-per-device", 1, "--min-time", 1.5), cpu_group=group)
+    assert record["status"] == "ok", record["error"]
+    assert record["threads_per_device"] == 1
+    [report] = rank_reports(record)
+    assert (report["threads"]["intra_op"], report["threads"]["inter_op"]) == (1, 1)
+    series = Path(record["log"]).with_name(TELEMETRY_FILE).read_text().splitlines()
+    cores = [json.loads(point)["cell_cores"] for point in series]
+    assert len(cores) >= 2
+    assert statistics.fmean(cores) <= 1.1, cores
 
 
 @functools.lru_cache(maxsize=None)
