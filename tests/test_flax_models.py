@@ -70,6 +70,24 @@ def test_local_response_norm_is_tensorflows():
     np.testing.assert_allclose(local_response_norm(jnp.asarray(x)), expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("side", [4, 5, 16, 17])
+def test_resnets_max_pool_is_torchs_and_pads_only_what_its_windows_read(side):
+    """torch's MaxPool2d(3, 2, padding=1) at even and odd sides, with the padding after each
+    side cut to what the last window reads: none at an even side, as the Flax ImageNet
+    example's SAME pool has (a larger padded map costs its gradient's scatter)."""
+    import torch
+
+    from workloads.flax_models import _torch_max_pool
+
+    pool = _torch_max_pool(3, 2, 1)
+    x = np.random.default_rng(side).standard_normal((2, side, side, 3)).astype("float32")
+    expected = torch.nn.functional.max_pool2d(
+        torch.from_numpy(x.transpose(0, 3, 1, 2)), 3, 2, 1).numpy().transpose(0, 2, 3, 1)
+    np.testing.assert_array_equal(pool(jnp.asarray(x)), expected)
+    (eqn,) = jax.make_jaxpr(pool)(jnp.asarray(x)).jaxpr.eqns
+    assert eqn.params["padding"][1:3] == ((1, side % 2),) * 2
+
+
 def _copy_torch_weights(torch_model, flax_model, flatten_chw=None) -> None:
     """Copies each torch convolution, linear and batch-norm layer into the Flax layer in the same
     place, after randomising torch's batch-norm parameters and statistics. ``flatten_chw``: the
@@ -106,10 +124,13 @@ def _copy_torch_weights(torch_model, flax_model, flatten_chw=None) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name, size, flatten_chw", [
     ("alexnet", 63, (256, 6, 6)), ("googlenet", 33, None), ("resnet50", 33, None),
+    ("resnet50", 32, None),
     ("inception_v3", 75, None), ("cifar10", 13, (64, 4, 4)), ("mnist_mlp", 28, None),
 ])
 def test_evaluation_outputs_equal_pytorchs_given_its_weights(name, size, flatten_chw):
-    """Odd sides, where TensorFlow's SAME pooling in the CIFAR-10 network pads as torch does."""
+    """Odd sides, where TensorFlow's SAME pooling in the CIFAR-10 network pads as torch does;
+    ResNet-50 also at an even side, where its max pool leaves out the padding no window
+    reads."""
     import torch
 
     from workloads import torch_models

@@ -50,6 +50,23 @@ def _max_pool(window, stride, padding="VALID"):
                              strides=(stride, stride), padding=padding)
 
 
+def _torch_max_pool(window, stride, padding):
+    """torch's MaxPool2d(window, stride, padding) with the padding that its windows read: all
+    of it before each side, after it only as far as the last window reaches (none at ResNet's
+    even sides, where torch's last row and column of padding are never read). The outputs are
+    torch's; the padded map and the buffer its gradient scatters into are no larger than the
+    windows need."""
+
+    def pool(x):
+        pads = []
+        for n in x.shape[1:3]:
+            last = (n + 2 * padding - window) // stride * stride
+            pads.append((padding, max(0, last + window - n - padding)))
+        return nnx.max_pool(x, (window, window), (stride, stride), pads)
+
+    return pool
+
+
 def _ceil_max_pool(window):
     """torch's MaxPool2d(window, stride=2, ceil_mode=True): the last window may overhang the
     bottom and right edges."""
@@ -160,8 +177,7 @@ class Bottleneck(nnx.Module):
 
 def resnet50(image_size: int, classes: int) -> nnx.Module:
     rngs = nnx.Rngs(0)
-    layers = [_conv_bn(rngs, 3, 64, 7, 2, padding=3, epsilon=1e-5),
-              _max_pool(3, 2, ((1, 1), (1, 1)))]
+    layers = [_conv_bn(rngs, 3, 64, 7, 2, padding=3, epsilon=1e-5), _torch_max_pool(3, 2, 1)]
     cin = 64
     for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
         for i in range(blocks):
