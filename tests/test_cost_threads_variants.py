@@ -52,8 +52,8 @@ def test_a_device_name_or_an_instance_price_wins_and_no_price_means_no_cost():
 def test_report_prices_from_the_sweep_and_the_command_line(tmp_path):
     folder = write_records(tmp_path / "out", [recorded_cell(1, 1000.0), recorded_cell(2, 1800.0)])
     (folder / "sweep.yaml").write_text(yaml.safe_dump({"prices": {"gpu": 2.0}}))
-    result = scaling_cli_ok("report", folder)
-    assert "cost of a million images" in result.stdout
+    scaling_cli_ok("report", folder, "--html")
+    assert '<table class="costs">' in (folder / "report.html").read_text()
     with open(folder / "results.csv") as table:
         rows = list(csv.DictReader(table))
     assert float(rows[0]["price_per_hour"]) == 2.0
@@ -64,8 +64,8 @@ def test_report_prices_from_the_sweep_and_the_command_line(tmp_path):
 
 def test_without_prices_the_cost_columns_stay_empty(tmp_path):
     folder = write_records(tmp_path / "out", [recorded_cell(1, 1000.0)])
-    result = scaling_cli_ok("report", folder)
-    assert "cost of a million images" not in result.stdout
+    scaling_cli_ok("report", folder, "--html")
+    assert '<table class="costs">' not in (folder / "report.html").read_text()
     with open(folder / "results.csv") as table:
         row = next(csv.DictReader(table))
     assert row["price_per_hour"] == row["cost_per_million_images"] == ""
@@ -83,13 +83,14 @@ def test_a_bad_price_is_a_one_line_error(pair):
 def test_a_threads_axis_gives_a_curve_per_thread_count(tmp_path):
     sweep = write_sweep(tmp_path / "sweep.yaml", threads_per_device=[1, 2])
     out = tmp_path / "out"
-    result = scaling_cli_ok("sweep", sweep, "--out", out)
+    scaling_cli_ok("sweep", sweep, "--out", out, "--html")
     records = read_records(out)
     assert sorted(r["threads_per_device"] for r in records) == [1, 2]
     assert all(r["status"] == "ok" for r in records)
     assert len({series_key(r) for r in with_scaling(records)}) == 2
-    assert "against threads" in result.stdout
-    assert "1 thread" in result.stdout and "2 threads" in result.stdout
+    page = (out / "report.html").read_text()
+    assert '<table class="threads">' in page
+    assert "<th>1 thread</th>" in page and "<th>2 threads</th>" in page
 
 
 @pytest.mark.slow

@@ -3,6 +3,8 @@ its window, timed once per point or not at all."""
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 from conftest import read_records, scaling_cli_ok, scaling_in_process, write_sweep
 from test_bad_input import assert_one_line_error
@@ -80,4 +82,7 @@ def test_throughput_alone_times_the_window_and_nothing_after_it(tmp_path):
     assert record["allreduce_time_s"] is record["local_step_s"] is None
     assert set(record["wall_breakdown"]) == {"before_launch", "start", "build", "warmup",
                                              "window", "teardown", "after", "total"}
-    assert "The scaling model" not in result.stdout
+    with open(out / "results.csv") as table:
+        [row] = csv.DictReader(table)
+    assert row["predicted_images_per_sec"] == row["local_step_s"] == ""
+    assert "Windows:" in result.stdout

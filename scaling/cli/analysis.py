@@ -12,6 +12,7 @@ from scaling import hardware
 from scaling.cli.output import console, prepare_out_dir
 from scaling.errors import ScalingError, positive_int
 from scaling.execute.store import ResultStore
+from scaling.report import many_records
 from scaling.workers.matmul_worker import KERNELS
 
 
@@ -107,12 +108,13 @@ def compare_command(base_dir, new_dir, threshold, csv_path):
 
     fraction = parse_threshold(threshold)
     records = []
-    for out_dir in (base_dir, new_dir):
-        found = ResultStore(out_dir).records()
-        if not found:
-            raise ScalingError(f"{out_dir} holds no results (no results.jsonl records)")
-        records.append(found)
-    comparison = compare(*records, fraction)
+    with many_records():
+        for out_dir in (base_dir, new_dir):
+            found = ResultStore(out_dir).records()
+            if not found:
+                raise ScalingError(f"{out_dir} holds no results (no results.jsonl records)")
+            records.append(found)
+        comparison = compare(*records, fraction)
     table = Table(title=f"{new_dir} against {base_dir}: images/sec (threshold {fraction:.0%})")
     for header, justify in (("cell", "left"), ("base", "right"), ("new", "right"),
                             ("change", "right"), ("verdict", "left")):

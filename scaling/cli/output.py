@@ -15,13 +15,10 @@ from rich.table import Table
 from scaling.errors import ScalingError
 from scaling.execute.store import ResultStore
 from scaling.maxbatch.search import write_maxbatch_csv
+from scaling.report import many_records
 from scaling.report.provenance import note_command
-from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_lines
-from scaling.report.input import INPUT_HEADERS, INPUT_TITLE, input_lines
-from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines
-from scaling.report.side_tables import cost_tables, thread_tables
-from scaling.report.curves import curve_label, series_key
-from scaling.report.tables import report, scaling_tables
+from scaling.report.tables import report
+from scaling.report.terminal import TERMINAL_WIDTH, curve_ends_table
 from scaling.units import format_bytes
 
 # Piped output (a log, a notebook cell) is not cut to 80 columns, so wide tables stay whole.
@@ -68,35 +65,33 @@ def print_counts(cell_ids: List[str], out_dir) -> Counter:
     return counts
 
 
-def _curve_of(row: Dict) -> str:
-    return curve_label(series_key(row))
+MORE = ("Every point of every curve, the scaling model, overheads, input verdicts and costs: "
+        "results.csv and the HTML report.")
+"""The terminal report's one line on where the rest of it is."""
 
 
-def line_table(title: str, headers, lines) -> Optional[Table]:
-    """``lines`` under ``headers`` as a terminal table, figures to the right; None without a
-    line."""
-    if not lines:
-        return None
-    table = Table(title=title)
-    for index, header in enumerate(headers):
-        table.add_column(header, justify="right" if lines[0][index][:1].isdigit() else "left")
+def print_curve_ends(rows: List[Dict]) -> None:
+    """The terminal's table of a run's rows, bounded whatever the run's size: each curve at
+    its largest device count (:func:`scaling.report.terminal.curve_ends_table`), then the
+    reasons of its marks, in ``TERMINAL_WIDTH`` columns at most."""
+    table, lines = curve_ends_table(rows)
+    if table is not None:
+        console.print(table, width=min(console.width, TERMINAL_WIDTH))
     for line in lines:
-        table.add_row(*line)
-    return table
+        console.print(line, markup=False, highlight=False)
 
 
 def print_report(out_dir, prices: Optional[Dict[str, float]] = None) -> List[Dict]:
-    """The scaling, threads and cost tables of OUT; writes OUT/results.csv."""
-    records = ResultStore(out_dir).records()
-    if not records:
-        raise ScalingError(f"no results in {out_dir}")
-    rows, path = report(out_dir, records, prices)
-    extra = [line_table(title, headers, lines(rows, _curve_of)) for title, headers, lines in (
-        (OVERHEAD_TITLE, OVERHEAD_HEADERS, overhead_lines),
-        (MODEL_TITLE, MODEL_HEADERS, model_lines), (INPUT_TITLE, INPUT_HEADERS, input_lines))]
-    for table in [*scaling_tables(rows), *filter(None, extra), *thread_tables(rows),
-                  *cost_tables(rows)]:
-        console.print(table)
+    """The terminal report of OUT: each curve at its largest device count, and where every
+    other point and table is (:data:`MORE`); writes OUT/results.csv. Its length does not grow
+    with the records: a run of 100,000 prints as much as the quickstart's 14 at most."""
+    with many_records():
+        records = ResultStore(out_dir).records()
+        if not records:
+            raise ScalingError(f"no results in {out_dir}")
+        rows, path = report(out_dir, records, prices)
+    print_curve_ends(rows)
+    console.print(MORE)
     console.print(f"wrote {path}")
     return rows
 

@@ -7,16 +7,17 @@ from typing import Optional
 import click
 from rich.table import Table
 
-from scaling.cli.output import console
+from scaling.cli.output import console, print_curve_ends
 from scaling.errors import ScalingError
+from scaling.report import many_records
 
 
 def report_runs(out_dirs, plot: bool, html: Optional[str], price_pairs) -> None:
-    """The report of several run folders: a table of the runs, each run's scaling tables under
-    its label, the fields in which the runs' machines differ, and with ``html`` (a path) the
-    page of every run's curves."""
+    """The report of several run folders: a table of the runs, under each run's label its
+    curves at their largest device counts (as for one run, bounded whatever the run's size),
+    the fields in which the runs' machines differ, and with ``html`` (a path) the page of every
+    run's curves."""
     from scaling.report.runs import load_runs, side_by_side
-    from scaling.report.tables import scaling_tables
 
     if plot or price_pairs:
         raise ScalingError("--plot and --price take one run folder; for several, --html FILE "
@@ -24,7 +25,8 @@ def report_runs(out_dirs, plot: bool, html: Optional[str], price_pairs) -> None:
     if html == "":
         raise ScalingError("with several run folders, --html needs the page's path: "
                            "--html FILE")
-    runs = load_runs(out_dirs)
+    with many_records():
+        runs = load_runs(out_dirs)
     table = Table(title="Runs")
     for header in ("run", "hosts", "cells started", "folder", "sweep cells"):
         table.add_column(header, justify="right" if header == "sweep cells" else "left")
@@ -33,8 +35,7 @@ def report_runs(out_dirs, plot: bool, html: Optional[str], price_pairs) -> None:
     console.print(table)
     for run in runs:
         console.rule(run.label)
-        for found in scaling_tables(run.rows):
-            console.print(found)
+        print_curve_ends(run.rows)
     differing = [line for line in side_by_side(runs) if line["differs"]]
     console.print("The runs differ in: " + "; ".join(
         f"{line['field']} ({' / '.join(line['values'])})" for line in differing)
@@ -64,5 +65,6 @@ def export_command(out_dirs, target):
     the format's library missing."""
     from scaling.report.export import export
 
-    count = export(out_dirs, target)
+    with many_records():
+        count = export(out_dirs, target)
     console.print(f"wrote {count} records of {len(out_dirs)} runs to {target}")

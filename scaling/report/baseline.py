@@ -17,15 +17,16 @@ interval is narrower than the drift is marked ``drifted``.
 
 from __future__ import annotations
 
+import bisect
 import datetime
-import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from scaling.frameworks import FRAMEWORKS
 from scaling.launchers.single import BASELINE_LAUNCHER
+from scaling.report import json_text
 from scaling.uncertainty import ratio_interval, repeats_and_window_interval
 
 
@@ -45,6 +46,21 @@ class Baseline:
     """(largest - smallest) / median of the baseline's measurements; None for fewer than two."""
     measurements: Tuple[Dict, ...] = ()
     """The baseline's ok measurements (records), in the order they ran."""
+    starts: Tuple[float, ...] = field(init=False, repr=False, compare=False)
+    """The measurements' starts (seconds since the epoch), sorted; those without one left
+    out."""
+    cells: frozenset = field(init=False, repr=False, compare=False)
+    """The measurements' cell ids."""
+    hosts: Tuple[str, ...] = field(init=False, repr=False, compare=False)
+    """The hosts the measurements ran on, sorted."""
+
+    def __post_init__(self):
+        # Once per baseline, so that each of its curve's rows looks them up rather than
+        # scanning every measurement.
+        object.__setattr__(self, "starts", start_times(self.measurements))
+        object.__setattr__(self, "cells", frozenset(row["cell"] for row in self.measurements))
+        object.__setattr__(self, "hosts", tuple(sorted(
+            {host for row in self.measurements for host in row.get("hosts") or []})))
 
 
 def figure_interval(group: List[Dict]) -> Optional[List[float]]:
@@ -70,13 +86,18 @@ def started(row: Dict) -> Optional[float]:
     return datetime.datetime.fromisoformat(text).timestamp() if text else None
 
 
-def baseline_gap_s(row: Dict, measurements: Tuple[Dict, ...]) -> Optional[float]:
-    """Seconds between a record's start and the nearest start of its baseline's
-    measurements."""
-    start = started(row)
-    gaps = [abs(start - other) for other in map(started, measurements)
-            if start is not None and other is not None]
-    return min(gaps) if gaps else None
+def start_times(records) -> Tuple[float, ...]:
+    """The starts of ``records`` that have one, sorted."""
+    return tuple(sorted(start for start in map(started, records) if start is not None))
+
+
+def nearest_gap_s(start: Optional[float], starts: Tuple[float, ...]) -> Optional[float]:
+    """Seconds from ``start`` to the nearest of the sorted ``starts`` (a binary search);
+    None where either is missing."""
+    if start is None or not starts:
+        return None
+    index = bisect.bisect_left(starts, start)
+    return min(abs(start - other) for other in starts[max(0, index - 1):index + 1])
 
 
 def drift_reason(baseline_drift: Optional[float], measurements: int,
@@ -105,15 +126,17 @@ def single_key(row: Dict) -> Tuple:
     device and node counts, and the launcher's own options (the real data with its loader
     workers, and the collectives' settings from the environment, included, as in the same
     sweep)."""
-    framework_options = FRAMEWORKS.get(row["framework"]).options \
-        if row["framework"] in FRAMEWORKS else {}
-    options = {key: value for key, value in (row.get("options") or {}).items()
-               if key in framework_options}
+    options = row.get("options")
+    if options:
+        framework_options = FRAMEWORKS.get(row["framework"]).options \
+            if row["framework"] in FRAMEWORKS else {}
+        options = {key: value for key, value in options.items() if key in framework_options}
+    environment = row.get("collective_env")
     threads = row.get("threads_per_device") if row["device_type"] == "cpu" else None
     return (row.get("variant") or row["framework"], row["framework_version"], row["workload"],
             row["batch_size"], row["image_size"], row["device_type"],
-            json.dumps(options, sort_keys=True), threads, row.get("mode", "train"),
-            input_label(row), json.dumps(row.get("collective_env") or {}, sort_keys=True))
+            json_text(options) if options else "{}", threads, row.get("mode", "train"),
+            input_label(row), json_text(environment) if environment else "{}")
 
 
 def _median_figure(group: List[Dict]) -> Tuple[float, Optional[List[float]]]:
@@ -138,19 +161,21 @@ def _reason(single_rows: List[Dict]) -> str:
     return f"the single cell ended {failed['status']}: {failed.get('error') or ''}".rstrip(": ")
 
 
-def baselines(rows: List[Dict], curve_key: Callable[[Dict], Tuple]) -> Dict[Tuple, Baseline]:
-    """The baseline of each curve (rows that share ``curve_key``) that has one."""
-    singles, own = defaultdict(list), defaultdict(list)
-    for row in rows:
+def baselines(rows: List[Dict], curve_key: Callable[[Dict], Tuple],
+              keys: Optional[List[Tuple]] = None) -> Dict[Tuple, Baseline]:
+    """The baseline of each curve (rows that share ``curve_key``) that has one. ``keys``: each
+    row's ``curve_key``, where the caller has them already. Each curve's baseline is worked
+    out once, from its first row."""
+    keys = [curve_key(row) for row in rows] if keys is None else keys
+    singles, own, first = defaultdict(list), defaultdict(list), {}
+    for row, key in zip(rows, keys):
         if row["launcher"] == BASELINE_LAUNCHER and row["total_devices"] == 1:
             singles[single_key(row)].append(row)
         if row["total_devices"] == 1 and row["status"] == "ok":
-            own[curve_key(row)].append(row)
+            own[key].append(row)
+        first.setdefault(key, row)
     found = {}
-    for row in rows:
-        key = curve_key(row)
-        if key in found:
-            continue
+    for key, row in first.items():
         single_rows = singles.get(single_key(row), [])
         single_ok = [r for r in single_rows if r["status"] == "ok"]
         own_figure = _median_figure(own[key]) if own[key] else None

@@ -4,9 +4,9 @@ the scaling model (``scaling.report.model``) both build on it."""
 
 from __future__ import annotations
 
-import json
 from typing import Dict, Optional, Tuple
 
+from scaling.report import json_text
 from scaling.report.baseline import input_label
 
 
@@ -30,16 +30,38 @@ def explicit_threads(record: Dict) -> str:
     return "" if default else f"{threads} thread" + ("s" if threads > 1 else "")
 
 
+class Row(dict):
+    """A sweep record with the report's columns (``scaling.report.tables.with_scaling``): a
+    dict that also keeps its :func:`curve_fields`, worked out once when the row is made, so
+    that every later pass of the report (the model, the summary, the terminal table, the HTML
+    grids and figures) finds a row's curve without working it out again. The fields a curve is
+    made of never change once the row is made; a copy (``{**row}``) is a plain dict again."""
+
+    __slots__ = ("curve",)
+
+    def __init__(self, record: Dict, curve: Optional[Tuple] = None, /, **fields):
+        super().__init__(record, **fields)
+        self.curve = _curve_fields(self) if curve is None else curve
+
+
 def curve_fields(record: Dict) -> Tuple:
     """What a curve is made of, except the framework version: framework (or its variant, such
     as ``tensorflow@tf215``), launcher, workload, per-device batch, image size, device type,
     options (with threads per device where they are not the default, the real data with its
     loader workers, and the collectives' settings from the environment), mode and the device
     unit (a CPU device's threads, default or not), so that points of different units never
-    join one curve nor pool as repeats."""
-    options = json.dumps(record.get("options") or {}, sort_keys=True)
+    join one curve nor pool as repeats. A :class:`Row`'s, as it keeps them."""
+    if type(record) is Row:
+        return record.curve
+    return _curve_fields(record)
+
+
+def _curve_fields(record: Dict) -> Tuple:
+    options = record.get("options")
+    options = json_text(options) if options else "{}"
+    environment = record.get("collective_env")
     settings = " ".join(f"{name}={value}" for name, value in
-                        sorted((record.get("collective_env") or {}).items()))
+                        sorted(environment.items())) if environment else ""
     extra = [text for text in (explicit_threads(record), input_label(record), settings) if text]
     if extra:
         options = " ".join(([options] if options != "{}" else []) + extra)

@@ -14,11 +14,11 @@ there. Both libraries come with the ``export`` extra.
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 from scaling.errors import ScalingError
+from scaling.report import json_text
 from scaling.report.runs import run_records
 
 FORMATS = {".parquet": "pyarrow", ".duckdb": "duckdb"}
@@ -49,34 +49,36 @@ def exported_rows(out_dirs) -> List[Dict]:
 
 
 def _kind(values: List) -> str:
-    present = [value for value in values if value is not None]
-    if not present:
+    """bool, int, float, text or json: what every value of ``values`` but None is (from the
+    set of their types, JSON's types having no subclasses)."""
+    kinds = set(map(type, values))
+    kinds.discard(type(None))
+    if not kinds or kinds == {str}:
         return "text"
-    if all(isinstance(value, bool) for value in present):
+    if kinds == {bool}:
         return "bool"
-    if all(isinstance(value, int) and not isinstance(value, bool) for value in present):
+    if kinds == {int}:
         return "int"
-    if all(isinstance(value, (int, float)) and not isinstance(value, bool)
-           for value in present):
+    if kinds <= {int, float}:
         return "float"
-    if all(isinstance(value, str) for value in present):
-        return "text"
     return "json"
 
 
 def columns(rows: List[Dict]) -> Dict[str, Tuple[str, List]]:
     """Each field, in the order rows first name it: its kind (bool, int, float, text or json)
-    and its values, one per row, converted to that kind (None where a row lacks it)."""
-    names = list(dict.fromkeys(name for row in rows for name in row))
+    and its values, one per row, converted to that kind (None where a row lacks it). The
+    values are read row by row and turned into columns at once (``zip``), never one field
+    over every row at a time."""
+    shapes = dict.fromkeys(map(tuple, rows))
+    names = list(dict.fromkeys(name for shape in shapes for name in shape))
     found = {}
-    for name in names:
-        values = [row.get(name) for row in rows]
+    for name, values in zip(names, zip(*(map(row.get, names) for row in rows))):
+        values = list(values)
         kind = _kind(values)
-        if kind == "float":
+        if kind == "float" and int in set(map(type, values)):
             values = [None if value is None else float(value) for value in values]
         elif kind == "json":
-            values = [None if value is None else json.dumps(value, sort_keys=True)
-                      for value in values]
+            values = [None if value is None else json_text(value) for value in values]
         found[name] = (kind, values)
     return found
 

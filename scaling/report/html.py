@@ -27,10 +27,8 @@ from scaling.report.baseline import OVERHEAD_HEADERS, OVERHEAD_TITLE, overhead_l
 from scaling.report.input import INPUT_HEADERS, INPUT_TITLE, input_lines
 from scaling.report.extrapolation import predicted_curves
 from scaling.report.model import MODEL_HEADERS, MODEL_TITLE, model_lines
-from scaling.report.figures import (allreduce_figure, cost_figure, frameworks_figure, matmul_figures,
-                                    scaling_figure, svg, workloads_figure)
 from scaling.report.provenance import provenance
-from scaling.report.tuning import tuning_section
+from scaling.report.side_tables import THREADS_TITLE, thread_grid
 from scaling.report.curves import curve_label, family_key, family_label, series_key
 from scaling.report.tables import cell_summary, figure_text, scaling_text, workload_groups
 from scaling.schema import STATUSES
@@ -99,6 +97,8 @@ def measured_details(rows: List[Dict]) -> Dict:
 
 
 def inline_figure(figure) -> Markup:
+    from scaling.report.figures import svg
+
     return Markup(svg(figure)) if figure is not None else None
 
 
@@ -107,6 +107,8 @@ def _curve_of(row: Dict) -> str:
 
 
 def _workload_section(key, rows: List[Dict], model: Dict) -> Dict:
+    from scaling.report.figures import cost_figure, frameworks_figure, scaling_figure
+
     workload, size, device_type = key
     pairs = {(row["framework"], row["launcher"]) for row in rows}
     return {
@@ -117,6 +119,7 @@ def _workload_section(key, rows: List[Dict], model: Dict) -> Dict:
         "model": [line[1:] for line in model_lines(rows, _curve_of)],
         "input": [line[1:] for line in input_lines(rows, _curve_of)],
         "overheads": [line[1:] for line in overhead_lines(rows, _curve_of)],
+        "threads": thread_grid(rows),
         "cost_figure": inline_figure(cost_figure(rows, f"{workload}: time and cost of a million "
                                                  "images, relative to the reference")),
         "costs": sorted((row for row in rows if row.get("price_per_hour") is not None),
@@ -166,6 +169,8 @@ def _notes(sections: List[Dict], name: str) -> List[str]:
 
 def matmul_section(records: List[Dict]) -> Dict:
     """The matrix benchmark's two figures and each framework's crossover, where it ran."""
+    from scaling.report.figures import matmul_figures, svg
+
     measured = matmul_records(records)
     return {"figures": [Markup(svg(figure)) for _, figure in matmul_figures(measured)],
             "crossovers": {framework: crossover(measured, framework)
@@ -175,6 +180,8 @@ def matmul_section(records: List[Dict]) -> Dict:
 def allreduce_section(records: List[Dict]):
     """The bandwidth-versus-size figure of the store's allreduce measurements, marked with the
     gradient sizes and the buckets of their launchers; None without one."""
+    from scaling.report.figures import allreduce_figure
+
     rows = allreduce_rows(records)
     found = {}
     for launcher in sorted({row["launcher"] for row in rows}):
@@ -187,6 +194,9 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
     """The report's page. ``model`` holds :func:`predicted_curves`' options for the dashed
     predictions beyond each curve's measured points (by default, its measured bus bandwidth
     at 2, 4 and 8 times its largest device count)."""
+    from scaling.report.figures import workloads_figure
+    from scaling.report.tuning import tuning_section
+
     out_dir = Path(out_dir)
     sections = [_workload_section(key, group, model or {})
                 for key, group in workload_groups(rows).items()]
@@ -197,6 +207,7 @@ def render_html(out_dir, rows: List[Dict], records: List[Dict],
         overhead_title=OVERHEAD_TITLE, overhead_headers=OVERHEAD_HEADERS[1:],
         model_title=MODEL_TITLE, model_headers=MODEL_HEADERS[1:],
         input_title=INPUT_TITLE, input_headers=INPUT_HEADERS[1:],
+        threads_title=THREADS_TITLE,
         workloads=inline_figure(workloads_figure(rows)) if len(sections) > 1 else None,
         matmul=matmul_section(records),
         allreduce=allreduce_section(records),

@@ -192,7 +192,10 @@ def with_predictions(rows: List[Dict]) -> List[Dict]:
     (``prediction_error``) on each curve with two or more multi-device points."""
     alone = alone_intervals(rows)
     for row in rows:
-        key = single_key(row) if row["status"] == "ok" else None
+        # Only the contention of a multi-device row with both local steps reads the single
+        # cells' interval.
+        key = single_key(row) if row["status"] == "ok" and row["total_devices"] > 1 \
+            and row.get("local_step_s") and row.get("baseline_local_step_s") else None
         row.update(prediction(row, alone.get(key)), **dict.fromkeys(ERROR_FIELDS))
     leave_one_out(rows, baseline_key)
     return rows

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
@@ -18,6 +19,8 @@ from scaling.report.curves import curve_label, series_key
 from scaling.report.tables import cell_summary
 
 MARKS = ("noisy", "drifted", "suspect", "straggler")
+WIDTH = 120
+"""The summary's lines fit in this many columns (the terminal report's width)."""
 
 
 def label(row: Dict) -> str:
@@ -29,9 +32,13 @@ def _points(rows: List[Dict]) -> Dict[Tuple, List[Dict]]:
     """(curve's label, devices) -> the rows of that point, for the curves' own (not single)
     points."""
     points: Dict[Tuple, List[Dict]] = {}
+    labels: Dict[Tuple, str] = {}
     for row in rows:
         if row.get("purpose", "sweep") == "sweep" and row["launcher"] != BASELINE_LAUNCHER:
-            points.setdefault((label(row), row["total_devices"]), []).append(row)
+            key = series_key(row)
+            if key not in labels:
+                labels[key] = f"{row['workload']}, {curve_label(key)}"
+            points.setdefault((labels[key], row["total_devices"]), []).append(row)
     return points
 
 
@@ -53,8 +60,10 @@ def efficiency_line(points: Dict[Tuple, Dict]) -> Optional[str]:
     (_, worst_key, worst), (_, best_key, best) = at[0], at[-1]
     if len(at) == 1:
         return f"At {largest} devices: efficiency {_efficiency(best)} ({best_key})."
-    return (f"At {largest} devices: efficiency from {_efficiency(best)} ({best_key}) down to "
-            f"{_efficiency(worst)} ({worst_key}).")
+    first = f"At {largest} devices: efficiency from {_efficiency(best)} ({best_key})"
+    second = f"down to {_efficiency(worst)} ({worst_key})."
+    return f"{first} {second}" if len(first) + 1 + len(second) <= WIDTH else \
+        f"{first}\n  {second}"
 
 
 def loss_line(rows: List[Dict]) -> Optional[str]:
@@ -95,11 +104,22 @@ def window_line(rows: List[Dict]) -> Optional[str]:
             f"wall time ({share['share']:.0%}){rest}.")
 
 
+def fitted(line: str) -> str:
+    """``line`` in lines of at most ``WIDTH`` columns, each after the first indented (its own
+    line breaks kept)."""
+    return "\n".join(textwrap.fill(part, WIDTH, initial_indent="" if index == 0 else "  ",
+                                    subsequent_indent="  ", break_on_hyphens=False,
+                                    break_long_words=False)
+                      for index, part in enumerate(
+                          piece.strip() for piece in line.split("\n")))
+
+
 def summary_lines(rows: List[Dict]) -> List[str]:
     """Up to four lines: efficiency, the largest loss where the model found one, the marks,
-    and the share of wall time inside the windows. The terminal adds the HTML report's
-    path."""
+    and the share of wall time inside the windows, each in ``WIDTH`` columns (where it is
+    longer, a line holds a line break and indents what follows). The terminal adds the HTML
+    report's path."""
     points = {key: cell_summary(group) for key, group in _points(rows).items()}
     lines = [efficiency_line(points) or "No point scales beyond one device yet.",
              loss_line(rows), marks_line(points), window_line(rows)]
-    return [line for line in lines if line]
+    return [fitted(line) for line in lines if line]

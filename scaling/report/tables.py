@@ -12,24 +12,19 @@ is ever shown as 0.
 
 from __future__ import annotations
 
-import csv
-import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from rich.table import Table
-
-from scaling.report.baseline import (Baseline, baseline_gap_s, baselines, drift_reason,
-                                     figure_interval)
-from scaling.report.curves import (baseline_key, curve_fields, curve_label, reported_version,
-                                   series_key)
+from scaling.report.baseline import (Baseline, baselines, drift_reason, figure_interval,
+                                     nearest_gap_s, started)
+from scaling.report.curves import Row, baseline_key, curve_fields, reported_version
 from scaling.report.cost import sweep_prices, with_costs
 from scaling.report.input import with_input_verdicts
 from scaling.report.model import with_predictions
 from scaling.report.references import with_shared_references
-from scaling.report.columns import CSV_COLUMNS
+from scaling.report.results_csv import write_csv
 from scaling.uncertainty import ratio_interval
 
 SUSPECT_EFFICIENCY = 1.05
@@ -39,18 +34,21 @@ SUSPECT_WIDTH = 0.10
 
 
 def with_framework_versions(records: List[Dict]) -> List[Dict]:
-    """Sweep records with ``framework_version``. A cell that failed before its workers said
-    (a crash at start-up) takes the version of the other cells of its curve, where they agree."""
+    """Sweep records with ``framework_version``, as rows (:class:`Row`: each keeps its curve's
+    fields, worked out once). A cell that failed before its workers said (a crash at start-up)
+    takes the version of the other cells of its curve, where they agree."""
     sweep = [record for record in records if record.get("purpose", "sweep") == "sweep"]
+    curves = [curve_fields(record) for record in sweep]
+    reported = [reported_version(record) for record in sweep]
     seen = defaultdict(set)
-    for record in sweep:
-        if reported_version(record):
-            seen[curve_fields(record)].add(reported_version(record))
+    for curve, version in zip(curves, reported):
+        if version:
+            seen[curve].add(version)
     rows = []
-    for record in sweep:
-        versions = seen[curve_fields(record)]
+    for record, curve, version in zip(sweep, curves, reported):
+        versions = seen[curve]
         fallback = next(iter(versions)) if len(versions) == 1 else ""
-        rows.append({**record, "framework_version": reported_version(record) or fallback})
+        rows.append(Row(record, curve, framework_version=version or fallback))
     return rows
 
 
@@ -95,9 +93,10 @@ def with_scaling(records: List[Dict]) -> List[Dict]:
     ``framework_version``, the references their point timed once, the baseline, speedup and efficiency, their intervals, and
     ``suspect``."""
     rows = with_shared_references(with_framework_versions(records))
-    base = baselines(rows, baseline_key)
-    for row in rows:
-        found = base.get(baseline_key(row))
+    keys = [baseline_key(row) for row in rows]
+    base = baselines(rows, baseline_key, keys)
+    for row, key in zip(rows, keys):
+        found = base.get(key)
         baseline = (found.images_per_sec, found.ci95) if found else (None, None)
         ips = row["images_per_sec"] if row["status"] == "ok" else None
         speedup, efficiency = speedup_vs_linear(ips, baseline[0], row["total_devices"])
@@ -125,35 +124,24 @@ def drift_fields(row: Dict, found: Optional[Baseline], images_per_sec: Optional[
     """How the row's baseline moved while its curve ran: ``baseline_drift``, its
     ``baseline_measurements``, ``baseline_gap_s`` (to the nearest of them), the hosts they
     ran on (``baseline_hosts``) and ``drifted``, the reason where the drift exceeds the
-    point's own interval (never on a baseline's own measurements)."""
+    point's own interval (never on a baseline's own measurements). Each is looked up in what
+    the baseline worked out once (its starts, cells and hosts), never by scanning its
+    measurements per row."""
     if not found:
         return dict.fromkeys(("baseline_drift", "baseline_measurements", "baseline_gap_s",
                               "baseline_hosts", "drifted"))
-    measured = found.measurements
-    itself = any(other["cell"] == row["cell"] for other in measured)
-    return {"baseline_drift": found.drift, "baseline_measurements": len(measured),
-            "baseline_gap_s": None if itself else baseline_gap_s(row, measured),
-            "baseline_hosts": sorted({host for other in measured
-                                      for host in other.get("hosts") or []}),
+    measured = len(found.measurements)
+    itself = row["cell"] in found.cells
+    return {"baseline_drift": found.drift, "baseline_measurements": measured,
+            "baseline_gap_s": None if itself else nearest_gap_s(started(row), found.starts),
+            "baseline_hosts": list(found.hosts),
             "drifted": None if itself or images_per_sec is None else
-            drift_reason(found.drift, len(measured), interval, images_per_sec)}
+            drift_reason(found.drift, measured, interval, images_per_sec)}
 
 
 def own_baseline(row: Dict, baseline_launcher: Optional[str]) -> bool:
     """Whether the row is its curve's baseline: a one-device point measured against itself."""
     return row["total_devices"] == 1 and baseline_launcher in (None, row["launcher"])
-
-
-def write_csv(rows: List[Dict], path) -> None:
-    with open(path, "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({
-                key: (json.dumps(value, sort_keys=True) if isinstance(value, (dict, list))
-                      else "" if value is None else value)
-                for key, value in row.items()
-            })
 
 
 def cell_summary(group: List[Dict]) -> Dict:
@@ -222,7 +210,7 @@ MARKS = ((SUSPECT_MARK, "suspect"), (NOISY_MARK, "noisy"), (DRIFT_MARK, "drifted
 """Each mark and the summary field that holds its reason."""
 
 
-def _cell_text(summary: Dict) -> str:
+def cell_text(summary: Dict) -> str:
     if summary["status"] != "ok":
         return summary["status"].upper()
     text = f"{figure_text(summary)} {scaling_text(summary)}"
@@ -239,35 +227,6 @@ def workload_groups(rows: List[Dict]) -> Dict[Tuple, List[Dict]]:
     for row in rows:
         groups[(row["workload"], row["image_size"], row["device_type"])].append(row)
     return dict(sorted(groups.items()))
-
-
-def scaling_tables(rows: List[Dict]) -> List[Table]:
-    """One table per workload and image size, like the published ones: images/sec by curve
-    (one row per series key) and device count, with speedup and efficiency, and failed cells
-    marked OOM, TIMEOUT, CRASHED, ERROR and so on."""
-    tables = []
-    for (workload, size, device_type), group in workload_groups(rows).items():
-        counts = sorted({row["total_devices"] for row in group})
-        table = Table(title=f"{workload} at {size}x{size} on {device_type}: images/sec "
-                            "(speedup, efficiency), per-device batch")
-        table.add_column("curve")
-        for count in counts:
-            table.add_column(f"{count} {device_type.upper()}", justify="right")
-        cells = defaultdict(list)
-        for row in group:
-            cells[(series_key(row), row["total_devices"])].append(row)
-        summaries = {point: cell_summary(rows) for point, rows in cells.items()}
-        for key in sorted({key for key, _ in cells}, key=str):
-            table.add_row(curve_label(key), *(
-                _cell_text(summaries[(key, count)]) if (key, count) in cells else "-"
-                for count in counts
-            ))
-        notes = [f"{mark} {curve_label(key)}, {count} {device_type.upper()}: {summary[name]}"
-                 for (key, count), summary in sorted(summaries.items(), key=str)
-                 for mark, name in MARKS if summary.get(name)]
-        table.caption = "\n".join(["± 95% interval", *notes])
-        tables.append(table)
-    return tables
 
 
 def report(out_dir, records: List[Dict], prices: Optional[Dict[str, float]] = None
