@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from scipy.special import bdtr, ndtri, stdtrit
 
@@ -44,46 +44,22 @@ def repeats_interval(values: List[float]) -> Optional[List[float]]:
     return [mean * (1 - relative), mean * (1 + relative)]
 
 
-def pooled_spread(groups: Iterable[List[float]]) -> Optional[Tuple[float, int]]:
-    """The spread between repeats, pooled over ``groups`` (each the figures of one point's
-    repeats, separate processes): the square root of the degrees-of-freedom-weighted mean of
-    each group's variance relative to its mean, and those degrees of freedom (the repeats less
-    one, summed); None where no group has two figures. Two repeats of one point say little of
-    how far a cell moves from the next; every point of a run, measured on the same machine in
-    the same hour, says more."""
-    weighted, freedom = 0.0, 0
-    for values in groups:
-        if len(values) >= 2:
-            weighted += (len(values) - 1) * (statistics.stdev(values)
-                                             / statistics.fmean(values)) ** 2
-            freedom += len(values) - 1
-    return (math.sqrt(weighted / freedom), freedom) if freedom else None
-
-
-def repeats_and_window_interval(values: List[float], windows: List[Optional[List[float]]],
-                                pooled: Optional[Tuple[float, int]] = None
+def repeats_and_window_interval(values: List[float], windows: List[Optional[List[float]]]
                                 ) -> Optional[List[float]]:
     """The interval of the median of ``values``, figures of repeats run in separate processes,
     each with its window's own interval (``windows``, from its chunk times, or None): the 95%
-    half width of their mean (what changed between them) and the median of the windows'
-    relative half widths (what changed inside them), added in quadrature, relative to the
-    median. The first is Student's quantile at the degrees of freedom of the run's
-    :func:`pooled_spread` times that spread over the root of the repeats, where ``pooled`` is
-    given; else 1.96 standard errors of the repeats themselves (a standard error alone, half
-    the range of two repeats, would be a 68% interval beside the windows' 95%; Student's
-    quantile for two or three repeats alone, 12.7 or 4.3, would span most of the figure). A
-    single figure keeps its window's interval. None where neither part exists."""
+    normal half width of their mean, 1.96 standard errors (what changed between them), and the
+    median of the windows' relative half widths (what changed inside them), added in
+    quadrature, relative to the median. A standard error alone (half the range of two repeats)
+    would be a 68% interval beside the windows' 95%; Student's quantile for two or three
+    repeats (12.7, 4.3) would span most of the figure. A single figure keeps its window's
+    interval. None where neither part exists."""
     median = statistics.median(values)
     own = [(window[1] - window[0]) / 2 / value for value, window in zip(values, windows)
            if window and window[1] < math.inf]
     if len(values) == 1:
         return list(windows[0]) if windows[0] else None
-    if pooled:
-        spread, freedom = pooled
-        between = float(stdtrit(freedom, (1 + CONFIDENCE) / 2)) * spread \
-            / math.sqrt(len(values))
-    else:
-        between = NORMAL_95 * statistics.stdev(values) / math.sqrt(len(values)) / median
+    between = NORMAL_95 * statistics.stdev(values) / math.sqrt(len(values)) / median
     within = statistics.median(own) if own else 0.0
     relative = math.hypot(between, within)
     return [median * (1 - relative), median * (1 + relative) if relative < 1 else math.inf]
