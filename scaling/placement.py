@@ -94,7 +94,8 @@ def local_placement(ranks_per_host: int, nodes: int = 1, node_rank: int = 0,
         return Placement(1, (LOCALHOST,), ranks_per_host, 0, LOCALHOST,
                          free_port_block(ranks_per_host))
     if rendezvous is None:
-        raise ScalingError("a run over several nodes needs a rendezvous endpoint (host:port)")
+        raise ScalingError("a run over several nodes needs a rendezvous endpoint (host:port), "
+                           "the same on each node's command, or a scheduler: --backend slurm")
     host, port = parse_endpoint(rendezvous)
     if not 0 <= node_rank < nodes:
         raise ScalingError(f"--node-rank must be from 0 to {nodes - 1}, got {node_rank}")

@@ -13,8 +13,9 @@ import sys
 import click
 
 from scaling import __version__
-from scaling.cli import (allreduce, analysis, data, maxbatch, predict, preflight, run, runs,
-                         slurm, sweep, tune)
+from scaling.backends import BACKENDS
+from scaling.cli import (allreduce, analysis, data, maxbatch, predict, preflight, queue, run,
+                         runs, sweep, tune)
 from scaling.errors import InfrastructureError, ScalingError
 
 
@@ -50,11 +51,13 @@ def cli():
 
 
 for command in (run.devices, run.run, sweep.sweep, sweep.report_command, maxbatch.maxbatch,
-                slurm.status, slurm.cancel, slurm.slurm_task, slurm.slurm_allocation,
-                analysis.matmul,
+                queue.status, queue.cancel, analysis.matmul,
                 analysis.compare_command, allreduce.allreduce, predict.predict,
                 data.make_data_command, preflight.preflight, runs.export_command, tune.tune):
     cli.add_command(command)
+for name in BACKENDS.names():
+    for command in BACKENDS.get(name).commands:
+        cli.add_command(command)
 
 
 def main() -> None:

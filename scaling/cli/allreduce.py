@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from scaling.cell import DEVICE_TYPES, make_cell
-from scaling.cli.backends import BACKENDS, backend_option
+from scaling.backends import backend_option, open_backend
 from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, pop_slurm_flags, slurm_options,
                                  watch_settings)
 from scaling.cli.output import console, prepare_out_dir
@@ -18,7 +18,6 @@ from scaling.execute import allreduce as bench
 from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS, framework_names
 from scaling.launchers import LAUNCHERS, get_launcher
-from scaling.placement import local_placement
 from scaling.units import format_bytes
 
 PLACEHOLDER_WORKLOAD = "mnist_mlp"
@@ -90,27 +89,24 @@ def allreduce(ctx, framework, launcher, sizes, python, out_dir, backend, wait, *
     the environment failed. With --backend slurm it waits for the job."""
     from scaling.report.figures import allreduce_figure, save_png
 
-    slurm = pop_slurm_flags(fields)
+    runner = open_backend(backend, pop_slurm_flags(fields))
     launcher = launcher or FRAMEWORKS.get(framework).default_launcher
     if get_launcher(launcher).data_parallel == "none":
         raise ScalingError(f"{launcher} has no collective: it runs one device; choose a "
                            "data-parallel launcher")
-    if backend == "local" and fields["nodes"] > 1:
-        raise ScalingError("--nodes over 1 needs a scheduler: use --backend slurm")
     cell = make_cell(framework=framework, launcher=launcher, workload=PLACEHOLDER_WORKLOAD,
                      batch_size=1, steps=1, warmup=0, purpose="allreduce",
-                     sizes=bench.parse_sizes(sizes), cores=BACKENDS.get(backend).cores(slurm),
+                     sizes=bench.parse_sizes(sizes), cores=runner.cores(),
                      **fields)
-    placement = local_placement(get_launcher(launcher).ranks_per_node(cell), cell.nodes) \
-        if backend == "local" else None
+    placement = runner.placement(cell)
     prepare_out_dir(out_dir)
     store = ResultStore(out_dir)
     record = store.done().get(cell.cell_id)
     if record is not None:
         console.print(f"already measured in {out_dir}; pass --repeat N to measure again")
     else:
-        record = BACKENDS.get(backend).run(cell, out_dir, {framework: python} if python else {},
-                                           watch_settings(None, False), placement, slurm, True)
+        record = runner.run(cell, out_dir, {framework: python} if python else {},
+                            watch_settings(None, False), placement, True)
     records = store.records()
     console.print(f"wrote {bench.write_allreduce_jsonl(records, out_dir)}")
     if record["status"] != "ok":

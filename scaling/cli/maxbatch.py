@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from scaling.cell import resolve_device_type
-from scaling.cli.backends import BACKENDS, backend_option
+from scaling.backends import backend_option, open_backend
 from scaling.cli.options import (cell_options, parse_device_list, parse_options,
                                  pop_slurm_flags, slurm_options)
 from scaling.cli.output import console, prepare_out_dir
@@ -58,7 +58,7 @@ def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy
     each other); --wait blocks until it ends and prints the table, and exits 1 when the job
     wrote none.
     """
-    slurm = pop_slurm_flags(fields)
+    backend = open_backend(backend, pop_slurm_flags(fields))
     counts = parse_device_list(device_list)
     prepare_out_dir(out_dir)
     cap = parse_bytes(memory_limit) if memory_limit else None
@@ -75,6 +75,6 @@ def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy
     search = {"make_trial": make_trial, "device_counts": counts, "multiple_of": multiple_of,
               "minimum": start, "maximum": maximum, "run_trial": runner, "strategy": strategy,
               "headroom": headroom}
-    statuses = BACKENDS.get(backend).maxbatch(search, fields, out_dir, slurm, wait)
+    statuses = backend.maxbatch(search, fields, out_dir, wait)
     if statuses is not None:
         ctx.exit(exit_status(statuses))

@@ -23,6 +23,9 @@ from scaling.units import format_bytes
 
 # Piped output (a log, a notebook cell) is not cut to 80 columns, so wide tables stay whole.
 console = Console(width=None if sys.stdout.isatty() else 200)
+progress = Console(stderr=True)
+"""Where the work before the cells says what it did, beside the progress bar (standard error),
+so that standard output holds the results alone."""
 
 
 def prepare_out_dir(out_dir: str) -> None:

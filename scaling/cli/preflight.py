@@ -10,10 +10,10 @@ from rich.table import Table
 
 from scaling import hardware
 from scaling.cell import DEVICE_TYPES, resolve_device_type
-from scaling.cli.backends import BACKENDS, backend_option
+from scaling.backends import backend_option, open_backend
 from scaling.cli.options import pop_slurm_flags, slurm_options
 from scaling.cli.output import console, prepare_out_dir
-from scaling.errors import EXIT_FAILED, ScalingError
+from scaling.errors import EXIT_FAILED
 from scaling.execute import preflight as check
 from scaling.execute.store import ResultStore
 from scaling.report.html import write_html
@@ -50,34 +50,21 @@ def node_shape(device_type: str, devices, threads, cores) -> tuple:
     return devices, threads or max(1, (cores or hardware.cpu_cores()) // devices)
 
 
-def preflight_first(spec, out_dir, backend: str, slurm: dict) -> dict:
-    """A sweep's ``--preflight``: the partition's nodes checked in one job, at the sweep's
-    largest device count per node (every GPU, or 2 CPU workers, for ``devices: all``), the
-    verdict printed and kept in the sweep's folder; the Slurm flags with the flagged nodes
-    excluded. Exits 1 when fewer good nodes are left than the sweep's cells need. In one
-    allocation (``allocation: one``) the check is the allocation's first step instead: the
-    flags carry it as ``preflight_check``."""
-    if backend != "slurm":
-        raise ScalingError("--preflight compares the nodes of a cluster: add --backend slurm "
-                           "(check this node alone with scaling preflight --baseline FILE)")
-    from scaling.slurm import backend as slurm_backend
-    from scaling.slurm import controller
-    from scaling.slurm.preflight import submit_preflight
-
-    section = slurm_backend.with_overrides(spec.slurm, **slurm)
+def preflight_first(spec, out_dir, backend) -> None:
+    """A sweep's ``--preflight``: the nodes it may use checked at the sweep's largest device
+    count per node (every GPU, or 2 CPU workers, for ``devices: all``), the verdict printed and
+    kept in the sweep's folder, and the flagged nodes kept out of its cells
+    (:meth:`~scaling.backends.base.Backend.preflight_sweep`). Exits 1 when fewer good nodes are
+    left than the sweep's cells need."""
     [device_type] = spec.device_types()[:1]
     devices, threads = node_shape(
         device_type, max(spec.devices) if isinstance(spec.devices, list) else None, None,
-        BACKENDS.get(backend).cores(slurm, spec.slurm))
+        backend.cores(spec.slurm))
     check_spec = {"device_type": device_type, "devices": devices, "threads": threads,
                   "repeats": check.REPEATS, "threshold": 10.0, "baseline": None}
-    if section.allocation == "one":
-        return {**slurm, "preflight_check": check_spec}
-    names = [name for name in controller.node_names(section.partition)
-             if name not in section.exclude]
-    prepare_out_dir(out_dir)
-    verdict = submit_preflight(check_spec, out_dir, section, len(names), ",".join(names), True,
-                               console)
+    verdict = backend.preflight_sweep(spec, out_dir, check_spec)
+    if verdict is None:
+        return
     if not verdict:
         raise click.exceptions.Exit(EXIT_FAILED)
     print_verdict(verdict)
@@ -85,7 +72,6 @@ def preflight_first(spec, out_dir, backend: str, slurm: dict) -> dict:
     if len(verdict["good"]) < needed:
         console.print(f"{len(verdict['good'])} good node(s), and the sweep needs {needed}")
         raise click.exceptions.Exit(EXIT_FAILED)
-    return {**slurm, "exclude": tuple(verdict["flagged"])}
 
 
 def check_threshold(ctx, param, value: float) -> float:
@@ -142,33 +128,20 @@ def preflight(ctx, device_type, devices, threads_per_device, nodes, nodelist, re
     Exits 0 when no node is flagged, 1 when one is (or the job gave no verdict), 2 for bad
     input.
     """
-    slurm = pop_slurm_flags(slurm)
-    if backend == "local" and ((nodes or 1) > 1 or nodelist):
-        raise ScalingError("several nodes need a scheduler: add --backend slurm, or check this "
-                           "node alone without --nodes and --nodelist")
-    reference = check.read_baseline(baseline) if baseline else None
+    runner = open_backend(backend, pop_slurm_flags(slurm))
+    if baseline:
+        check.read_baseline(baseline)
     device_type = resolve_device_type(device_type)
-    devices, threads = node_shape(device_type, devices, threads_per_device,
-                                  BACKENDS.get(backend).cores(slurm))
+    devices, threads = node_shape(device_type, devices, threads_per_device, runner.cores())
     prepare_out_dir(out_dir)
-    if backend == "slurm":
-        spec = {"device_type": device_type, "devices": devices, "threads": threads,
-                "repeats": repeats, "threshold": threshold,
-                "baseline": str(Path(baseline).resolve()) if baseline else None}
-        from scaling.slurm import backend as slurm_backend
-        from scaling.slurm.preflight import submit_preflight
-
-        verdict = submit_preflight(spec, out_dir, slurm_backend.with_overrides(None, **slurm),
-                                   nodes, nodelist, wait, console)
-        if verdict is None:
-            return
-        if verdict == {}:
-            ctx.exit(EXIT_FAILED)
-    else:
-        node = check.measure_node(out_dir, device_type, devices, threads, repeats,
-                                  say=lambda what: console.print(f"preflight: {what}"))
-        verdict = check.judge([node], threshold, reference, baseline)
-        check.write_preflight(verdict, Path(out_dir) / check.PREFLIGHT_FILE)
+    spec = {"device_type": device_type, "devices": devices, "threads": threads,
+            "repeats": repeats, "threshold": threshold,
+            "baseline": str(Path(baseline).resolve()) if baseline else None}
+    verdict = runner.preflight(spec, out_dir, nodes, nodelist, wait)
+    if verdict is None:
+        return
+    if verdict == {}:
+        ctx.exit(EXIT_FAILED)
     console.print(f"wrote {Path(out_dir) / check.PREFLIGHT_FILE}")
     if save_baseline:
         shutil.copyfile(Path(out_dir) / check.PREFLIGHT_FILE, save_baseline)

@@ -9,17 +9,15 @@ from rich.table import Table
 
 from scaling import hardware
 from scaling.cell import Cell, make_cell
-from scaling.cli.backends import BACKENDS, backend_option
+from scaling.backends import backend_option, open_backend
 from scaling.cli.output import console, prepare_out_dir, print_record
 from scaling.cli.options import (apply, cell_options, parse_options, pop_slurm_flags,
                                  slurm_options, watch_options, watch_settings)
-from scaling.data import check_data_dir
 from scaling.errors import ScalingError, exit_status
 from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS
 from scaling.launchers import default_python, get_launcher, launchers_of
 from scaling.maxbatch.search import PLAIN_CELL
-from scaling.placement import local_placement
 from scaling.sweep import single_twin
 from scaling.units import parse_bytes
 
@@ -138,10 +136,9 @@ def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous,
     Exits 0 when the cell is ok, 1 when it ended otherwise (oom, timeout, ...), 3 when its
     environment is missing (env_error); with --backend slurm and no --wait, 0 once it is
     submitted."""
-    slurm = pop_slurm_flags(fields)
+    runner = open_backend(backend, pop_slurm_flags(fields))
     settings = dict(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
-                    options=parse_options(option_pairs),
-                    cores=BACKENDS.get(backend).cores(slurm), **fields)
+                    options=parse_options(option_pairs), cores=runner.cores(), **fields)
     cell = make_cell(**settings)
     unit = folder_unit(out_dir, cell)
     if unit is not None:
@@ -151,20 +148,17 @@ def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous,
             raise ScalingError(f"{out_dir} measures this curve with CPU devices of {unit} "
                                f"thread(s) each, the unit this run takes by default: "
                                f"{error}") from None
-    if cell.data and backend == "local":
-        check_data_dir(cell.data)  # under Slurm each node checks, before training
-    placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell), cell.nodes,
-                                node_rank, rendezvous, hosts.split(",") if hosts else None) \
-        if backend == "local" else None
+    if cell.data:
+        runner.check_data(cell.data)
+    placement = runner.placement(cell, node_rank, rendezvous, hosts.split(",") if hosts else None)
     prepare_out_dir(out_dir)
     recorded = ResultStore(out_dir).done().get(cell.cell_id)
     if recorded is not None:
         console.print(f"cell {cell.cell_id} is already recorded in {out_dir}; "
                       "pass --repeat N to measure it again")
     else:
-        recorded = BACKENDS.get(backend).run(
-            cell, out_dir, {cell.framework: python} if python else {},
-            watch_settings(wait_for_quiet_s, no_telemetry), placement, slurm, wait)
+        recorded = runner.run(cell, out_dir, {cell.framework: python} if python else {},
+                              watch_settings(wait_for_quiet_s, no_telemetry), placement, wait)
         if recorded is None:
             return
     print_record(recorded)

@@ -7,13 +7,12 @@ from typing import Optional
 
 import click
 
-from scaling.cli.backends import BACKENDS, backend_option
+from scaling.backends import backend_option, open_backend
 from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_slurm_flags,
                                  slurm_options, watch_options, watch_settings)
 from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
 from scaling.cli.preflight import preflight_first
 from scaling.cli.runs import report_runs
-from scaling.data import check_data_dir
 from scaling.errors import ScalingError, exit_status
 from scaling.execute.runner import check_resumable
 from scaling.execute.store import ResultStore
@@ -97,28 +96,24 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
     Ends with a count of cells by status, and exits 0 when every cell is ok (or, with --backend
     slurm and no --wait, once every cell is submitted), 1 when a cell ended otherwise (oom,
     crashed, timeout, ...), 3 when a cell's environment is missing (env_error)."""
-    if one_allocation and backend != "slurm":
-        raise ScalingError("--one-allocation runs the sweep inside one Slurm job: add "
-                           "--backend slurm")
+    slurm = pop_slurm_flags(slurm_flags)
+    slurm["allocation"] = "one" if one_allocation else None
+    runner = open_backend(backend, slurm)
     spec = load_sweep(config)
     if allow_oversubscribe:
         spec.allow_oversubscribe = True
     spec.references = references or spec.references
-    if spec.data and backend == "local":
-        check_data_dir(spec.data)
+    if spec.data:
+        runner.check_data(spec.data)
     out_dir = out_dir or f"runs/{spec.name}"
     prepare_out_dir(out_dir)
     check_resumable(out_dir, resume)
     keep_sweep_file(out_dir, config)
-    local = backend == "local"
-    slurm = pop_slurm_flags(slurm_flags)
-    slurm["allocation"] = "one" if one_allocation else None
     if preflight:
-        slurm = preflight_first(spec, out_dir, backend, slurm)
-    cells = BACKENDS.get(backend).sweep(spec, out_dir,
-                                        watch_settings(wait_for_quiet_s, no_telemetry), slurm,
-                                        wait)
-    if local or wait:
+        preflight_first(spec, out_dir, runner)
+    cells, ended = runner.sweep(spec, out_dir, watch_settings(wait_for_quiet_s, no_telemetry),
+                                wait)
+    if ended:
         rows = print_report(out_dir)
         page = write_figures(out_dir, rows, plot, "" if html else None)
         counts = print_counts([cell.cell_id for cell in cells], out_dir)

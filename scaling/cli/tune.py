@@ -7,14 +7,12 @@ from typing import Dict, List, Optional
 import click
 from rich.progress import BarColumn, Progress, TextColumn
 
+from scaling.backends import backend_option, open_backend
 from scaling.cell import make_cell, resolve_device_type
-from scaling.cli.backends import BACKENDS, backend_option, progress
 from scaling.cli.options import ALLOW_OVERSUBSCRIBE, pop_slurm_flags, slurm_options
-from scaling.cli.output import console, prepare_out_dir
+from scaling.cli.output import console, prepare_out_dir, progress
 from scaling.cli.sweep import write_figures
 from scaling.errors import ScalingError, positive_int
-from scaling.execute.monitor import WatchSettings
-from scaling.execute.run import run_and_record
 from scaling.execute.runner import check_resumable
 from scaling.execute.store import ResultStore
 from scaling.frameworks import framework_names
@@ -43,14 +41,12 @@ def _names(text: Optional[str], valid: List[str], what: str) -> Optional[List[st
     return names
 
 
-def max_batches(space: Space, settings: Dict, out_dir, backend: str) -> Dict:
+def max_batches(space: Space, settings: Dict, out_dir, backend) -> Dict:
     """The largest batch that fits for each framework and launcher, where the space names
     ``max`` batches (the search's trials are recorded in the folder, like the tune's)."""
     if not any(isinstance(batch, str) for batch in space.batch_sizes):
         return {}
-    if backend != "local":
-        raise ScalingError("batch_sizes: max searches on this machine: tune with --backend "
-                           "local, or give numeric batch sizes")
+    backend.search_here("tune")
     from scaling.maxbatch.sweep import search_max_batches
 
     spec = SweepConfig(
@@ -160,16 +156,15 @@ def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, ima
     out_dir = out_dir or f"runs/tune-{workload}"
     prepare_out_dir(out_dir)
     check_resumable(out_dir, resume)
-    slurm = pop_slurm_flags(slurm_flags)
-    runner = BACKENDS.get(backend)
+    runner = open_backend(backend, pop_slurm_flags(slurm_flags))
     settings = {"workload": workload, "devices": devices, "device_counts": [devices],
                 "image_size": image_size, "device_type": resolved,
                 "threads_per_device": threads_per_device, "memory_limit": memory_limit,
                 "budget_s": budget.seconds, "seed": seed, "timeout_s": timeout_s,
                 "steps": TRIAL_STEPS, "warmup": TRIAL_WARMUP,
                 "allow_oversubscribe": allow_oversubscribe, "space": space.describe()}
-    trial_cell = trial_factory(settings, max_batches(space, settings, out_dir, backend),
-                               runner.cores(slurm))
+    trial_cell = trial_factory(settings, max_batches(space, settings, out_dir, runner),
+                               runner.cores())
     trial_cell(space.default(), 0, 1.0, timeout_s)
     for pair, why in space.left_out.items():
         progress.print(f"{pair} left out: {why}")
@@ -191,16 +186,7 @@ def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, ima
                        leader=f"leader {leader.median():.1f} img/s" if leader else "",
                        left=f"{max(tuner.budget.left(), 0):.0f} s left")
 
-        def run_trial(cell) -> Optional[Dict]:
-            """The trial's record; None where Slurm never ran it."""
-            if backend == "local":  # under the tune's own progress bar
-                return run_and_record(cell, out_dir, watch=WatchSettings())
-            try:
-                return runner.run(cell, out_dir, {}, WatchSettings(), None, slurm, True)
-            except KeyError:
-                return None
-
-        tuner = Tuner(space, trial_cell, run_trial, ResultStore(out_dir).done(), budget, seed,
+        tuner = Tuner(space, trial_cell, lambda cell: runner.run_trial(cell, out_dir), ResultStore(out_dir).done(), budget, seed,
                       on_trial=said)
         tuner.tune()
     summary = summarize(tuner, settings)

@@ -24,7 +24,6 @@ from scaling.execute import preflight as check
 from scaling.execute.run import run_cell
 from scaling.placement import Placement
 from scaling.slurm import queue
-from scaling.slurm.backend import POLL_S
 from scaling.slurm.environment import JobEnvironment, hostnames, node_addresses, rendezvous_port
 from scaling.slurm.submit import submit_array
 from scaling.sweep import SlurmSection
@@ -132,6 +131,6 @@ def submit_preflight(spec: Dict, out_dir, section: SlurmSection, nodes: Optional
     console.print(f"preflight of {nodes} node(s) submitted as Slurm job {job['job_id']}")
     if not wait:
         return None
-    state = queue.wait_for_job(job["job_id"], POLL_S)
+    state = queue.wait_for_job(job["job_id"], queue.POLL_S)
     console.print(f"job {job['job_id']} ended {state['JobState'] if state else 'unknown'}")
     return check.read_preflight(out) or {}

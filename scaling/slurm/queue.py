@@ -65,6 +65,8 @@ VANISH_GRACE_ENV = "SCALING_SLURM_VANISH_GRACE_S"
 MISSING = "missing.json"
 OUTAGE_PATIENCE_S = 600.0
 """How long waiting goes on asking a controller that does not answer."""
+POLL_S = 3.0
+"""Seconds between two polls of the controller while a command waits for its jobs."""
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
