@@ -1,7 +1,7 @@
 """Sweeps under a real Slurm cluster of two nodes on this machine: job arrays, cells that span
-nodes, states mapped to statuses, cancel and resume, requeue, a killed submitter, hostile
-names that stay inert, a controller that goes down, a task that vanishes, and strict reading of
-what Slurm answers."""
+nodes, states mapped to statuses, requeue, a killed submitter, hostile names that stay inert, a
+task that vanishes, and strict reading of what Slurm answers. Cancel and resume, and a
+controller that goes down, are the backends' contract (tests/test_backend_contract.py)."""
 
 from __future__ import annotations
 
@@ -198,24 +198,6 @@ def test_a_cell_past_its_time_limit_ends_as_timeout(cluster, tmp_path):
 
 
 @pytest.mark.slow
-def test_cancel_part_way_then_resume_records_every_cell_once(cluster, tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 3, 4])
-    out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--parallel", 1)
-    wait_until(lambda: (out / "results.jsonl").exists(), "first record")
-    assert "cancelled" in scaling_ok(cluster, "cancel", out).stdout
-    resumed = scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm",
-                         "--resume", "--wait", exit_code=1)  # the cancelled cells
-    assert "0 submitted" in resumed.stdout
-    cells = by_cell(read_records(out))
-    assert len(cells) == 3 and all(len(records) == 1 for records in cells.values())
-    statuses = sorted(records[0]["status"] for records in cells.values())
-    assert statuses[0] == "cancelled" and statuses[-1] == "ok"
-    assert set(statuses) == {"ok", "cancelled"}
-    scaling_here(cluster, "status", out, "--wait", exit_code=1)
-
-
-@pytest.mark.slow
 def test_a_task_requeued_while_it_runs_records_once_from_its_second_run(cluster, tmp_path):
     """The cell's window lasts 10 s: the requeue comes well within its first run. Slurm holds
     a requeued job for two minutes; the test lets it start again once the first run's
@@ -261,44 +243,6 @@ def test_a_killed_submitter_loses_and_repeats_nothing(cluster, tmp_path):
     assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
     for [record] in cells.values():
         check_measured(record, 4 * record["nodes"])
-
-
-@pytest.mark.slow
-def test_a_controller_outage_records_nothing_and_waiting_rides_it_out(own_cluster, tmp_path):
-    """slurmctld stops while two cells run: ``status`` exits 3 and records nothing; ``status
-    --wait``, started during the outage, asks again until the controller is back (with its
-    state) and ends with each cell's own record. A zero vanish grace makes any poll that missed
-    the tasks after the restart record them, so the test would see it."""
-    cluster = own_cluster
-    env = {**cluster.env, VANISH_GRACE_ENV: "0"}
-    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4], min_time_s=10)
-    out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", env=env)
-    wait_until(lambda: task_states(cluster, out) == ["RUNNING"] * 2
-               and len(list(out.glob("cells/*/launcher.log"))) == 2, "both cells started")
-    cluster.stop_controller()
-    try:
-        down = scaling(cluster, "status", out, env=env)
-        assert down.returncode == 3, down.stdout + down.stderr
-        assert down.stderr.splitlines() == [down.stderr.strip()]
-        assert down.stderr.startswith("Error: could not ask the Slurm controller: squeue exited")
-        assert not (out / "slurm" / "missing.json").exists()
-        records = read_records(out) if (out / "results.jsonl").exists() else []
-        assert all(record["status"] == "ok" for record in records)
-        log = tmp_path / "wait.log"
-        with log.open("w") as output:
-            waiting = subprocess.Popen(
-                [sys.executable, "-m", "scaling", "status", str(out), "--wait"], env=env,
-                stdout=output, stderr=subprocess.STDOUT)
-        wait_until(lambda: "asking again" in log.read_text(), "a failed poll asked again")
-    finally:
-        cluster.start_controller()
-    assert waiting.wait(timeout=600) == 0, log.read_text()
-    assert "2 cells: 2 ok" in log.read_text()
-    cells = by_cell(read_records(out))
-    assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
-    for [record] in cells.values():
-        check_measured(record, record["batch_size"], min_time=True)
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ from typing import Dict, List, Optional
 
 from scaling.backends.base import Backend, register_backend
 from scaling.cell import Cell
-from scaling.cli.output import console, print_max_batches, progress
+from scaling.maxbatch.table import print_max_batches
+from scaling.report.terminal import console, progress
 from scaling.data import check_data_dir
 from scaling.errors import ScalingError
 from scaling.execute import preflight as check

@@ -14,7 +14,8 @@ import click
 
 from scaling.backends.base import Backend, register_backend
 from scaling.cell import Cell
-from scaling.cli.output import console, print_max_batches
+from scaling.maxbatch.table import print_max_batches
+from scaling.report.terminal import console
 from scaling.errors import ScalingError
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.runner import progress_bar

@@ -5,27 +5,18 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from rich.console import Console
-from rich.table import Table
 
 from scaling.errors import ScalingError
 from scaling.execute.store import ResultStore
-from scaling.maxbatch.search import write_maxbatch_csv
 from scaling.report import many_records
 from scaling.report.provenance import note_command
 from scaling.report.tables import report
-from scaling.report.terminal import TERMINAL_WIDTH, curve_ends_table
+from scaling.report.terminal import TERMINAL_WIDTH, console, curve_ends_table
 from scaling.units import format_bytes
 
-# Piped output (a log, a notebook cell) is not cut to 80 columns, so wide tables stay whole.
-console = Console(width=None if sys.stdout.isatty() else 200)
-progress = Console(stderr=True)
-"""Where the work before the cells says what it did, beside the progress bar (standard error),
-so that standard output holds the results alone."""
 
 
 def prepare_out_dir(out_dir: str) -> None:
@@ -97,40 +88,3 @@ def print_report(out_dir, prices: Optional[Dict[str, float]] = None) -> List[Dic
     console.print(MORE)
     console.print(f"wrote {path}")
     return rows
-
-
-MAXBATCH_COLUMNS = (
-    ("framework", "framework"), ("launcher", "launcher"), ("workload", "workload"),
-    ("devices", "devices"), ("max batch", "max_batch"), ("smallest OOM", "min_oom_batch"),
-    ("safe batch", "safe_batch"), ("images/sec", "images_per_sec"),
-    ("peak memory", "peak_memory_bytes"), ("confirmed", "confirmations"), ("trials", "trials"),
-    ("seconds", "seconds"), ("status", "status"))
-
-
-def _maxbatch_cell(key: str, row: Dict) -> str:
-    value = row.get(key)
-    if value in (None, ""):
-        return "-"
-    if key == "images_per_sec":
-        return f"{float(value):,.1f}"
-    if key == "peak_memory_bytes":
-        return format_bytes(int(float(value)))
-    if key == "seconds":
-        return f"{float(value):.0f}"
-    if key == "status" and row.get("error"):
-        return f"{value}: {row['error']}"
-    return str(value)
-
-
-def print_max_batches(results, out_dir=None) -> None:
-    """The max-batch table of ``results`` (search results, or the rows of a maxbatch.csv);
-    with ``out_dir``, the results are also written to OUT/maxbatch.csv."""
-    rows = [asdict(r) if is_dataclass(r) else r for r in results]
-    table = Table(title="Largest per-device batch that fits")
-    for header, _ in MAXBATCH_COLUMNS:
-        table.add_column(header, justify="right")
-    for row in rows:
-        table.add_row(*(_maxbatch_cell(key, row) for _, key in MAXBATCH_COLUMNS))
-    console.print(table)
-    if out_dir is not None:
-        console.print(f"wrote {write_maxbatch_csv(results, out_dir)}")

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from scaling.backends import backend_option, open_backend
 from scaling.cell import make_cell, resolve_device_type
 from scaling.cli.options import ALLOW_OVERSUBSCRIBE, pop_slurm_flags, slurm_options
-from scaling.cli.output import console, prepare_out_dir, progress
+from scaling.cli.output import console, prepare_out_dir
 from scaling.cli.sweep import write_figures
 from scaling.errors import ScalingError, positive_int
 from scaling.execute.runner import check_resumable
@@ -18,6 +18,7 @@ from scaling.execute.store import ResultStore
 from scaling.frameworks import framework_names
 from scaling.launchers import LAUNCHERS
 from scaling.sweep import FrameworkSection, MaxBatchSection, SweepConfig, resolve_batch
+from scaling.report.terminal import progress
 from scaling.tune.result import best_sweep, summarize, write_results
 from scaling.tune.search import Budget, Tuner
 from scaling.tune.space import Config, Space, default_space, load_space

@@ -5,10 +5,12 @@ page."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from collections import defaultdict
 from typing import Dict, List, Optional, Tuple
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -21,6 +23,12 @@ TERMINAL_NOTES = 12
 """The most marked points whose reasons the terminal gives, in one or two lines each."""
 TERMINAL_WIDTH = 120
 """The terminal report's lines fit in this many columns."""
+
+# Piped output (a log, a notebook cell) is not cut to 80 columns, so wide tables stay whole.
+console = Console(width=None if sys.stdout.isatty() else 200)
+progress = Console(stderr=True)
+"""Where the work before the cells says what it did, beside the progress bar (standard error),
+so that standard output holds the results alone."""
 
 
 def curve_ends(rows: List[Dict]) -> List[Dict]:

@@ -1,0 +1,201 @@
+"""The contract every backend keeps, run against each one present (``scaling.backends``): a
+cell recorded; a failed cell recorded with why; a sweep cancelled part way, then resumed; and an
+outage part way that loses and invents nothing. Each backend's harness says how its user
+cancels and what its outage is:
+
+- ``local``: cancelling is Ctrl-C to the sweep; the outage is the sweep killed outright (the
+  submitting machine lost). A cell cut short is recorded by neither.
+- ``slurm`` (a private two-node cluster): cancelling is ``scaling cancel``, which records the
+  cells it stopped as ``cancelled``; the outage is the controller stopped while cells run:
+  ``status`` exits 3 and records nothing until it is back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from conftest import processes_mentioning, read_records, wait_until, write_sweep
+from slurmcluster import SlurmCluster, missing_binaries
+
+from scaling.backends import BACKENDS
+from scaling.slurm.queue import VANISH_GRACE_ENV
+from scaling.sweep import expand, load_sweep
+
+
+class Local:
+    """This machine: the sweep runs in the command, and nothing outlives it."""
+
+    name = "local"
+    env = os.environ
+
+    def __init__(self, root):
+        self.root = root
+
+    def command(self, *args, env=None, wait=True):
+        argv = [sys.executable, "-m", "scaling", *map(str, args)]
+        if wait:
+            return subprocess.run(argv, capture_output=True, text=True, env=env or self.env,
+                                  timeout=900)
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=env or self.env)
+
+    def sweep(self, config, out, *args, env=None, wait=True):
+        return self.command("sweep", config, "--out", out, "--backend", self.name, *args,
+                            env=env, wait=wait)
+
+    def cancel(self, out, started) -> None:
+        started.send_signal(signal.SIGINT)
+        started.wait(timeout=120)
+
+    def outage_due(self, out) -> bool:
+        """A cell runs while an earlier one is recorded: work done, under way and not begun."""
+        return (out / "results.jsonl").exists() and running(out)
+
+    def outage(self, out, started) -> None:
+        started.kill()
+        started.wait()
+
+    def close(self) -> None:
+        """Nothing runs once the command ended."""
+
+
+class Slurm(Local):
+    """A private Slurm cluster of two nodes: cells run as jobs that outlive the command."""
+
+    name = "slurm"
+
+    def __init__(self, root):
+        super().__init__(root)
+        if missing_binaries():
+            pytest.skip(f"Slurm is not installed ({', '.join(missing_binaries())} missing)")
+        self.cluster = SlurmCluster(root, nodes=2, cpus_per_node=2).__enter__()
+        self.env = self.cluster.env
+
+    def sweep(self, config, out, *args, env=None, wait=True):
+        """Submitted, and waited for (the harness's own ``--wait``) where ``wait``."""
+        result = super().sweep(config, out, *args, *(["--wait"] if wait else []), env=env)
+        if not wait:
+            assert result.returncode == 0, result.stdout + result.stderr
+        return result
+
+    def cancel(self, out, started) -> None:
+        cancelled = self.command("cancel", out)
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+
+    def outage_due(self, out) -> bool:
+        """Both cells run, one on each node."""
+        return len([folder for folder in (out / "cells").glob("*")
+                    if processes_mentioning(folder)]) == 2
+
+    def outage(self, out, started) -> None:
+        """The controller stops while cells run: asking exits 3 and records nothing; waiting,
+        begun during the outage, asks again until the controller is back (with its state) and
+        ends with each cell's own record. A zero vanish grace makes any poll that missed the
+        tasks after the restart record them, so the test would see it."""
+        env = {**self.env, VANISH_GRACE_ENV: "0"}
+        before = read_records(out) if (out / "results.jsonl").exists() else []
+        self.cluster.stop_controller()
+        try:
+            down = self.command("status", out, env=env)
+            assert down.returncode == 3, down.stdout + down.stderr
+            assert down.stderr.splitlines() == [down.stderr.strip()]
+            assert down.stderr.startswith("Error: could not ask the Slurm controller: squeue "
+                                          "exited")
+            assert not (out / "slurm" / "missing.json").exists()
+            after = read_records(out) if (out / "results.jsonl").exists() else []
+            assert [r["status"] for r in after] == [r["status"] for r in before]
+            log = out.parent / "wait.log"
+            with log.open("w") as output:
+                waiting = subprocess.Popen(
+                    [sys.executable, "-m", "scaling", "status", str(out), "--wait"], env=env,
+                    stdout=output, stderr=subprocess.STDOUT)
+            wait_until(lambda: "asking again" in log.read_text(), "a failed poll asked again")
+        finally:
+            self.cluster.start_controller()
+        assert waiting.wait(timeout=600) == 0, log.read_text()
+        assert "2 cells: 2 ok" in log.read_text()
+
+    def close(self) -> None:
+        self.cluster.__exit__(None, None, None)
+
+
+HARNESSES = {"local": Local, "slurm": Slurm}
+
+
+def test_every_registered_backend_has_a_harness_here():
+    assert sorted(HARNESSES) == BACKENDS.names()
+
+
+@pytest.fixture(scope="module", params=sorted(HARNESSES))
+def backend(request, tmp_path_factory):
+    harness = HARNESSES[request.param](tmp_path_factory.mktemp(request.param))
+    yield harness
+    harness.close()
+
+
+def two_cells(path):
+    """Two cells whose windows last 8 s each, so that a cancel or an outage comes while they
+    run."""
+    return write_sweep(path, batch_sizes=[2, 4], min_time_s=8)
+
+
+def running(out) -> bool:
+    """Whether a cell of ``out`` has started its processes."""
+    return any(processes_mentioning(folder) for folder in (out / "cells").glob("*"))
+
+
+def cells_of(config) -> set:
+    return {cell.cell_id for cell in expand(load_sweep(config))}
+
+
+@pytest.mark.slow
+def test_a_cell_is_recorded_and_a_failed_cell_says_why(backend, tmp_path):
+    ok = backend.sweep(write_sweep(tmp_path / "ok.yaml"), tmp_path / "ok")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    [record] = read_records(tmp_path / "ok")
+    assert record["status"] == "ok" and record["images_per_sec"] > 0
+    failed = backend.sweep(write_sweep(tmp_path / "failed.yaml"), tmp_path / "failed",
+                           env={**backend.env, "SCALING_FAULT": "error@0:1"})
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    [record] = read_records(tmp_path / "failed")
+    assert record["status"] == "error"
+    assert record["error"] == "rank 0: RuntimeError: injected fault at rank 0, step 1"
+
+
+@pytest.mark.slow
+def test_a_sweep_cancelled_part_way_then_resumed_has_each_cell_once(backend, tmp_path):
+    config, out = two_cells(tmp_path / "sweep.yaml"), tmp_path / "out"
+    started = backend.sweep(config, out, wait=False)
+    wait_until(lambda: running(out), "a cell running")
+    backend.cancel(out, started)
+    wait_until(lambda: processes_mentioning(out) == [], "the cancelled cells' processes gone")
+    cancelled = Counter(record["cell"] for record in read_records(out)) \
+        if (out / "results.jsonl").exists() else Counter()
+    assert set(cancelled.values()) <= {1}
+    resumed = backend.sweep(config, out, "--resume")
+    assert resumed.returncode in (0, 1), resumed.stdout + resumed.stderr
+    records = read_records(out)
+    assert Counter(record["cell"] for record in records) == Counter(cells_of(config))
+    assert {record["status"] for record in records} <= {"ok", "cancelled"}
+    assert resumed.returncode == int(any(r["status"] != "ok" for r in records))
+
+
+@pytest.mark.slow
+def test_an_outage_part_way_loses_and_invents_nothing(backend, tmp_path):
+    config, out = two_cells(tmp_path / "sweep.yaml"), tmp_path / "out"
+    started = backend.sweep(config, out, wait=False)
+    wait_until(lambda: backend.outage_due(out), "the outage's moment")
+    backend.outage(out, started)
+    wait_until(lambda: processes_mentioning(out) == [], "no cell's processes left")
+    refused = backend.sweep(config, out)
+    assert refused.returncode == 2 and "pass --resume" in refused.stderr, refused.stderr
+    resumed = backend.sweep(config, out, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    records = read_records(out)
+    assert Counter(record["cell"] for record in records) == Counter(cells_of(config))
+    assert all(record["status"] == "ok" for record in records)
