@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS ?= torch,tensorflow,jax,plot,test
+EXTRAS ?= torch,tensorflow,jax,plot,test,ray
 
 # MXNet 1.9.1 needs numpy<1.24, so it has its own environment; its workers run there.
 MXNET_VENV ?= .venv-mxnet

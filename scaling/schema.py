@@ -280,6 +280,9 @@ RECORD_FIELDS: Dict[str, str] = {
              "name, host, CPU and GPUs), restart_count, exclusive (whole nodes asked for; "
              "false under --shared) and other_jobs (other Slurm jobs seen running on its "
              "nodes, which also mark it noisy)",
+    "ray": "under --backend ray: address (the cluster's head), placement_group (the id of the "
+           "cell's group, one bundle per node) and nodes (each Ray node that ran a part: its "
+           "node_id, address, host, CPU and GPUs, in node-rank order)",
     "wall_s": "seconds from launch to the end of the process tree",
     "wall_breakdown": "where the cell's wall time went, in seconds (scaling.execute.wall): "
                       "before_launch, start (until the first rank's worker runs), build (to its "

@@ -8,6 +8,8 @@ cancels and what its outage is:
 - ``slurm`` (a private two-node cluster): cancelling is ``scaling cancel``, which records the
   cells it stopped as ``cancelled``; the outage is the controller stopped while cells run:
   ``status`` exits 3 and records nothing until it is back.
+- ``ray`` (a real two-node Ray cluster): the command drives its cells, so cancelling is Ctrl-C,
+  and the outage is the command killed outright: Ray ends the tasks of a driver that is gone.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from collections import Counter
 
 import pytest
 from conftest import processes_mentioning, read_records, wait_until, write_sweep
+from raycluster import RayCluster, missing_ray
 from slurmcluster import SlurmCluster, missing_binaries
 
 from scaling.backends import BACKENDS
+from scaling.backends.ray import scratch_name
 from scaling.slurm.queue import VANISH_GRACE_ENV
 from scaling.sweep import expand, load_sweep
 
@@ -52,9 +56,16 @@ class Local:
         started.send_signal(signal.SIGINT)
         started.wait(timeout=120)
 
+    def processes(self, out) -> list:
+        """The live processes of ``out``'s cells (each rank names its cell folder)."""
+        return processes_mentioning(out)
+
+    def running(self, out) -> bool:
+        return bool(self.processes(out))
+
     def outage_due(self, out) -> bool:
         """A cell runs while an earlier one is recorded: work done, under way and not begun."""
-        return (out / "results.jsonl").exists() and running(out)
+        return (out / "results.jsonl").exists() and self.running(out)
 
     def outage(self, out, started) -> None:
         started.kill()
@@ -124,7 +135,28 @@ class Slurm(Local):
         self.cluster.__exit__(None, None, None)
 
 
-HARNESSES = {"local": Local, "slurm": Slurm}
+class Ray(Local):
+    """A Ray cluster of two nodes: the command drives the cells, whose ranks run in its nodes'
+    own scratch folders."""
+
+    name = "ray"
+
+    def __init__(self, root):
+        super().__init__(root)
+        if missing_ray():
+            pytest.skip(missing_ray())
+        self.cluster = RayCluster(nodes=2, cpus_per_node=2).__enter__()
+        self.env = self.cluster.env
+
+    def processes(self, out) -> list:
+        """The ranks name the cell's folder in their node's scratch, named after ``out``."""
+        return processes_mentioning(scratch_name(out))
+
+    def close(self) -> None:
+        self.cluster.__exit__(None, None, None)
+
+
+HARNESSES = {"local": Local, "ray": Ray, "slurm": Slurm}
 
 
 def test_every_registered_backend_has_a_harness_here():
@@ -142,11 +174,6 @@ def two_cells(path):
     """Two cells whose windows last 8 s each, so that a cancel or an outage comes while they
     run."""
     return write_sweep(path, batch_sizes=[2, 4], min_time_s=8)
-
-
-def running(out) -> bool:
-    """Whether a cell of ``out`` has started its processes."""
-    return any(processes_mentioning(folder) for folder in (out / "cells").glob("*"))
 
 
 def cells_of(config) -> set:
@@ -171,9 +198,9 @@ def test_a_cell_is_recorded_and_a_failed_cell_says_why(backend, tmp_path):
 def test_a_sweep_cancelled_part_way_then_resumed_has_each_cell_once(backend, tmp_path):
     config, out = two_cells(tmp_path / "sweep.yaml"), tmp_path / "out"
     started = backend.sweep(config, out, wait=False)
-    wait_until(lambda: running(out), "a cell running")
+    wait_until(lambda: backend.running(out), "a cell running")
     backend.cancel(out, started)
-    wait_until(lambda: processes_mentioning(out) == [], "the cancelled cells' processes gone")
+    wait_until(lambda: not backend.processes(out), "the cancelled cells' processes gone")
     cancelled = Counter(record["cell"] for record in read_records(out)) \
         if (out / "results.jsonl").exists() else Counter()
     assert set(cancelled.values()) <= {1}
@@ -191,7 +218,7 @@ def test_an_outage_part_way_loses_and_invents_nothing(backend, tmp_path):
     started = backend.sweep(config, out, wait=False)
     wait_until(lambda: backend.outage_due(out), "the outage's moment")
     backend.outage(out, started)
-    wait_until(lambda: processes_mentioning(out) == [], "no cell's processes left")
+    wait_until(lambda: not backend.processes(out), "no cell's processes left")
     refused = backend.sweep(config, out)
     assert refused.returncode == 2 and "pass --resume" in refused.stderr, refused.stderr
     resumed = backend.sweep(config, out, "--resume")

@@ -167,8 +167,11 @@ def test_the_allocation_asks_for_each_cells_time():
 def test_a_requeued_allocation_goes_on_and_records_each_cell_once(cluster, tmp_path):
     """Requeued while its first cell runs (a 10 s window): the allocation starts again once the
     first run's processes are gone, runs that cell again and the next, and records each
-    once."""
-    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4], min_time_s=10)
+    once. The cells' timeout is left wide: under a full test run's load their windows' steps,
+    planned on the warm-up's pace, ran many times slower, and the timeout is no part of what
+    the test shows."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4], min_time_s=10,
+                        timeout_s=900)
     out = tmp_path / "out"
     scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE)
     wait_until(lambda: list(out.glob("cells/*/launcher.log")), "first cell started")

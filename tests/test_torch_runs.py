@@ -55,7 +55,7 @@ def test_cifar10_under_torchrun_reports_global_throughput(cifar10):
     assert record["versions"]["torch"]
     for key in ("host", "cpu_model", "harness_version", "started_at", "device_name"):
         assert record[key]
-    assert set(record) == set(RECORD_FIELDS) - {"slurm"}  # slurm: under --backend slurm only
+    assert set(record) == set(RECORD_FIELDS) - {"slurm", "ray"}  # under their backends only
     for report in reports:
         assert set(report) <= set(RANK_REPORT_FIELDS)
 

@@ -10,7 +10,7 @@ from typing import Dict, Optional
 
 import click
 
-from scaling.backends import local, slurm  # noqa: F401  (each registers itself)
+from scaling.backends import local, ray, slurm  # noqa: F401  (each registers itself)
 from scaling.backends.base import BACKENDS, Backend
 from scaling.errors import ScalingError
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from scaling.cell import DEVICE_TYPES, make_cell
 from scaling.backends import backend_option, open_backend
-from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, pop_slurm_flags, slurm_options,
+from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, pop_scheduler_flags, scheduler_options,
                                  watch_settings)
 from scaling.cli.output import console, prepare_out_dir
 from scaling.errors import EXIT_FAILED, ScalingError
@@ -71,7 +71,7 @@ def print_rows(rows, found) -> None:
               type=click.Path(file_okay=False))
 @ALLOW_OVERSUBSCRIBE
 @backend_option
-@slurm_options
+@scheduler_options
 @click.pass_context
 def allreduce(ctx, framework, launcher, sizes, python, out_dir, backend, wait, **fields):
     """Time a float32 sum-allreduce over the devices through the launcher's own collective
@@ -89,7 +89,7 @@ def allreduce(ctx, framework, launcher, sizes, python, out_dir, backend, wait, *
     the environment failed. With --backend slurm it waits for the job."""
     from scaling.report.figures import allreduce_figure, save_png
 
-    runner = open_backend(backend, pop_slurm_flags(fields))
+    runner = open_backend(backend, pop_scheduler_flags(fields))
     launcher = launcher or FRAMEWORKS.get(framework).default_launcher
     if get_launcher(launcher).data_parallel == "none":
         raise ScalingError(f"{launcher} has no collective: it runs one device; choose a "

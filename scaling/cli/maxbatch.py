@@ -7,7 +7,7 @@ import click
 from scaling.cell import resolve_device_type
 from scaling.backends import backend_option, open_backend
 from scaling.cli.options import (cell_options, parse_device_list, parse_options,
-                                 pop_slurm_flags, slurm_options)
+                                 pop_scheduler_flags, scheduler_options)
 from scaling.cli.output import console, prepare_out_dir
 from scaling.errors import exit_status
 from scaling.maxbatch.bracket import STRATEGIES
@@ -34,7 +34,7 @@ from scaling.units import parse_bytes
 @click.option("--confirm-warmup", type=int, default=PLAIN_CELL["warmup"], show_default=True,
               help="Untimed steps before a confirmation's.")
 @backend_option
-@slurm_options
+@scheduler_options
 @click.pass_context
 def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy, confirm_steps,
              confirm_warmup, memory_limit, option_pairs, python, out_dir, backend, wait,
@@ -58,7 +58,7 @@ def maxbatch(ctx, device_list, minimum, maximum, multiple_of, headroom, strategy
     each other); --wait blocks until it ends and prints the table, and exits 1 when the job
     wrote none.
     """
-    backend = open_backend(backend, pop_slurm_flags(fields))
+    backend = open_backend(backend, pop_scheduler_flags(fields))
     counts = parse_device_list(device_list)
     prepare_out_dir(out_dir)
     cap = parse_bytes(memory_limit) if memory_limit else None

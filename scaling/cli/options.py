@@ -106,9 +106,9 @@ def watch_settings(wait_for_quiet_s, no_telemetry) -> WatchSettings:
     return WatchSettings(telemetry=not no_telemetry, wait_for_quiet_s=wait_for_quiet_s)
 
 
-def slurm_options(command):
-    """``--wait`` and the Slurm resources, as ``wait`` and flags that
-    :func:`pop_slurm_flags` takes out of the command's arguments."""
+def scheduler_options(command):
+    """``--wait``, the Slurm resources and the Ray cluster's address, as ``wait`` and flags
+    that :func:`pop_scheduler_flags` takes out of the command's arguments."""
     return apply([
         click.option("--wait", is_flag=True,
                      help="With --backend slurm: block, with a progress bar, until every cell "
@@ -121,19 +121,23 @@ def slurm_options(command):
                      help="Passed to sbatch as it is; repeatable."),
         click.option("--parallel", type=int,
                      help="At most this many array tasks of a job at once (%N)."),
+        click.option("--address",
+                     help="With --backend ray: the cluster's head, HOST:PORT or "
+                          "ray://HOST:10001 [default: RAY_ADDRESS, else the one Ray finds]."),
         click.option("--shared", is_flag=True,
                      help="Let other jobs share a cell's nodes (by default each cell asks for "
                           "whole nodes: sbatch --exclusive); its record says so."),
     ], command)
 
 
-SLURM_FLAGS = ("partition", "account", "qos", "time_limit", "gpus_per_node", "cpus_per_task",
-               "constraint", "extra_args", "parallel", "shared")
+SCHEDULER_FLAGS = ("partition", "account", "qos", "time_limit", "gpus_per_node", "cpus_per_task",
+               "constraint", "extra_args", "parallel", "shared", "address")
 
 
-def pop_slurm_flags(fields: dict) -> dict:
-    """The Slurm flags out of a command's arguments, named as the sweep's ``slurm:`` keys."""
-    flags = {name: fields.pop(name) for name in SLURM_FLAGS}
+def pop_scheduler_flags(fields: dict) -> dict:
+    """The scheduler flags out of a command's arguments, the Slurm ones named as the sweep's
+    ``slurm:`` keys (each backend takes those it knows)."""
+    flags = {name: fields.pop(name) for name in SCHEDULER_FLAGS}
     flags["time"] = flags.pop("time_limit")
     flags["shared"] = flags["shared"] or None  # absent: the sweep file's slurm: decides
     return flags

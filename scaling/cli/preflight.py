@@ -11,7 +11,7 @@ from rich.table import Table
 from scaling import hardware
 from scaling.cell import DEVICE_TYPES, resolve_device_type
 from scaling.backends import backend_option, open_backend
-from scaling.cli.options import pop_slurm_flags, slurm_options
+from scaling.cli.options import pop_scheduler_flags, scheduler_options
 from scaling.cli.output import console, prepare_out_dir
 from scaling.errors import EXIT_FAILED
 from scaling.execute import preflight as check
@@ -105,7 +105,7 @@ def check_threshold(ctx, param, value: float) -> float:
 @click.option("--out", "out_dir", default="runs/preflight", show_default=True,
               type=click.Path(file_okay=False))
 @backend_option
-@slurm_options
+@scheduler_options
 @click.pass_context
 def preflight(ctx, device_type, devices, threads_per_device, nodes, nodelist, repeats,
               threshold, baseline, save_baseline, out_dir, backend, wait, **slurm):
@@ -128,7 +128,7 @@ def preflight(ctx, device_type, devices, threads_per_device, nodes, nodelist, re
     Exits 0 when no node is flagged, 1 when one is (or the job gave no verdict), 2 for bad
     input.
     """
-    runner = open_backend(backend, pop_slurm_flags(slurm))
+    runner = open_backend(backend, pop_scheduler_flags(slurm))
     if baseline:
         check.read_baseline(baseline)
     device_type = resolve_device_type(device_type)

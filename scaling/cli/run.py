@@ -11,8 +11,8 @@ from scaling import hardware
 from scaling.cell import Cell, make_cell
 from scaling.backends import backend_option, open_backend
 from scaling.cli.output import console, prepare_out_dir, print_record
-from scaling.cli.options import (apply, cell_options, parse_options, pop_slurm_flags,
-                                 slurm_options, watch_options, watch_settings)
+from scaling.cli.options import (apply, cell_options, parse_options, pop_scheduler_flags,
+                                 scheduler_options, watch_options, watch_settings)
 from scaling.errors import ScalingError, exit_status
 from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS
@@ -125,7 +125,7 @@ def folder_unit(out_dir, cell: Cell) -> Optional[int]:
 @lambda command: apply(RUN_OPTIONS, command)
 @watch_options
 @backend_option
-@slurm_options
+@scheduler_options
 @click.pass_context
 def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, hosts,
         wait_for_quiet_s, no_telemetry, backend, wait, **fields):
@@ -136,7 +136,7 @@ def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous,
     Exits 0 when the cell is ok, 1 when it ended otherwise (oom, timeout, ...), 3 when its
     environment is missing (env_error); with --backend slurm and no --wait, 0 once it is
     submitted."""
-    runner = open_backend(backend, pop_slurm_flags(fields))
+    runner = open_backend(backend, pop_scheduler_flags(fields))
     settings = dict(memory_limit=parse_bytes(memory_limit) if memory_limit else None,
                     options=parse_options(option_pairs), cores=runner.cores(), **fields)
     cell = make_cell(**settings)

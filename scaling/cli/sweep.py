@@ -8,8 +8,8 @@ from typing import Optional
 import click
 
 from scaling.backends import backend_option, open_backend
-from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_slurm_flags,
-                                 slurm_options, watch_options, watch_settings)
+from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_scheduler_flags,
+                                 scheduler_options, watch_options, watch_settings)
 from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
 from scaling.cli.preflight import preflight_first
 from scaling.cli.runs import report_runs
@@ -80,7 +80,7 @@ def print_summary(rows, page) -> None:
                    "model's local steps and allreduce, the input verdict's loader and "
                    "synthetic figures): first (each point's first repeat), every, or none "
                    "(throughput alone) [default: the sweep file's, or first].")
-@slurm_options
+@scheduler_options
 @click.pass_context
 def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_for_quiet_s,
           no_telemetry, preflight, backend, one_allocation, references, wait, **slurm_flags):
@@ -96,7 +96,7 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
     Ends with a count of cells by status, and exits 0 when every cell is ok (or, with --backend
     slurm and no --wait, once every cell is submitted), 1 when a cell ended otherwise (oom,
     crashed, timeout, ...), 3 when a cell's environment is missing (env_error)."""
-    slurm = pop_slurm_flags(slurm_flags)
+    slurm = pop_scheduler_flags(slurm_flags)
     slurm["allocation"] = "one" if one_allocation else None
     runner = open_backend(backend, slurm)
     spec = load_sweep(config)

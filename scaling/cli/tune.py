@@ -9,7 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from scaling.backends import backend_option, open_backend
 from scaling.cell import make_cell, resolve_device_type
-from scaling.cli.options import ALLOW_OVERSUBSCRIBE, pop_slurm_flags, slurm_options
+from scaling.cli.options import ALLOW_OVERSUBSCRIBE, pop_scheduler_flags, scheduler_options
 from scaling.cli.output import console, prepare_out_dir
 from scaling.cli.sweep import write_figures
 from scaling.errors import ScalingError, positive_int
@@ -122,7 +122,7 @@ def tune_progress() -> Progress:
               help="Go on with the tune in OUT: recorded trials are read back, not run again.")
 @ALLOW_OVERSUBSCRIBE
 @backend_option
-@slurm_options
+@scheduler_options
 @click.pass_context
 def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, image_size,
          space_file, device_type, threads_per_device, memory_limit, seed, timeout_s, out_dir,
@@ -157,7 +157,7 @@ def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, ima
     out_dir = out_dir or f"runs/tune-{workload}"
     prepare_out_dir(out_dir)
     check_resumable(out_dir, resume)
-    runner = open_backend(backend, pop_slurm_flags(slurm_flags))
+    runner = open_backend(backend, pop_scheduler_flags(slurm_flags))
     settings = {"workload": workload, "devices": devices, "device_counts": [devices],
                 "image_size": image_size, "device_type": resolved,
                 "threads_per_device": threads_per_device, "memory_limit": memory_limit,

@@ -73,7 +73,8 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
              extra_env: Optional[Dict[str, str]] = None,
              placement: Optional[Placement] = None,
              watch: WatchSettings = WatchSettings(),
-             on_busy: Optional[Callable[[float], None]] = None) -> Dict:
+             on_busy: Optional[Callable[[float], None]] = None,
+             gather: Optional[Callable[[Path], None]] = None) -> Dict:
     """Run this node's part of ``cell`` in a fresh process tree under its timeout and return
     its result record. ``placement`` defaults to every rank on this machine; ``watch`` says
     whether to wait for quiet first and whether to keep telemetry (noise is always watched);
@@ -84,7 +85,8 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     Over several nodes that folder is shared (the same OUT on a shared file system): node 0
     removes what an earlier attempt left, waits for every rank's report and makes the record;
     the other nodes run their ranks and return a record of their part only, marked with
-    ``node_rank``, which is not stored.
+    ``node_rank``, which is not stored. Without a shared folder, ``gather(cell_dir)`` brings the
+    other nodes' rank reports into node 0's, once its own ranks ended.
     """
     cell_start = time.time()
     launcher = get_launcher(cell.launcher)
@@ -129,7 +131,9 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
                             cell.timeout_s, first_rank=placement.first_rank)
         return {"cell": cell.cell_id, "node_rank": placement.node_rank, **outcome}
     expected = launcher.processes(cell)
-    if placement.nodes > 1 and not timed_out:
+    if gather is not None:
+        gather(cell_dir)
+    elif placement.nodes > 1 and not timed_out:
         wait_for_reports(cell_dir, expected, REPORT_GRACE_S)
     reports = _read_reports(cell_dir)
     outcome = summarize(reports, expected, returncode, timed_out, cell.timeout_s)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -49,10 +49,12 @@ def outcome_line(record: Dict) -> str:
 def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = None,
               console: Optional[Console] = None,
               placement: Optional[Placement] = None,
-              watch: WatchSettings = WatchSettings()) -> List[Dict]:
+              watch: WatchSettings = WatchSettings(),
+              run: Callable[..., Dict] = run_and_record) -> List[Dict]:
     """Run and record each cell in turn; ``placement`` defaults to every rank on this machine,
     ``watch`` says how cells are watched. While a cell waits for quiet, each look at a busy
-    machine is said on the console."""
+    machine is said on the console. ``run``: how one cell runs and is recorded (as
+    :func:`scaling.execute.run.run_and_record`; a backend may run it elsewhere)."""
     console = console or Console(stderr=True)
     pythons = pythons or {}
     records = []
@@ -63,8 +65,8 @@ def run_cells(cells: List[Cell], out_dir, pythons: Optional[Dict[str, str]] = No
         task = progress.add_task("cells", total=len(cells))
         for cell in cells:
             progress.update(task, description=describe(cell.to_dict()))
-            record = run_and_record(cell, out_dir, python=pythons.get(cell.environment),
-                                    placement=placement, watch=watch, on_busy=waiting)
+            record = run(cell, out_dir, python=pythons.get(cell.environment),
+                         placement=placement, watch=watch, on_busy=waiting)
             records.append(record)
             rate = outcome_line(record)
             if record.get("noisy"):

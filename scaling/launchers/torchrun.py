@@ -35,6 +35,10 @@ class Torchrun(Launcher):
             "--max-restarts", "0",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", placement.rendezvous,
             "--rdzv-id", cell.cell_id,
+            # Node 0 holds the rendezvous store: said, not guessed from its host name (which
+            # need not resolve to the address the others reach it at, as in a Ray or a
+            # Kubernetes pod).
+            "--rdzv-conf", f"is_host={int(placement.node_rank == 0)}",
             # Nodes that share a host name (several on one machine) say which address is theirs.
             *(["--local-addr", placement.hosts[placement.node_rank]]
               if placement.nodes > 1 and placement.hosts else []),
