@@ -1,5 +1,6 @@
-"""Does reporting scale with the run? ``scaling report``, ``compare`` and ``export`` on synthetic
-runs of 10,000 and 100,000 records, timed from outside through the command line.
+"""Does reporting scale with the run? ``scaling report``, ``compare``, ``export`` and
+``history`` (adding the run to a history, then its trends) on synthetic runs of 10,000 and
+100,000 records, timed from outside through the command line.
 
 A synthetic run is a real run's records (the quickstart's 14: ``runs/quickstart``, ``/tmp/qs1``
 or another folder given with ``--source``; without one, 14 quickstart-like records from the
@@ -11,8 +12,8 @@ the size asked for. ``compare`` takes two such runs, the second one's figures mo
 ``--runs`` times in a fresh process; their medians are quoted.
 
 Each command's wall-clock seconds, and its CPU seconds (user and system, of the command's
-process), which hold where other work shares the machine. Targets: ``report``, ``compare`` and
-``export`` each at most 20 s at 100,000 records, and ten times the records at most twelve times
+process), which hold where other work shares the machine. Targets: ``report``, ``compare``,
+``export`` and both history commands each at most 20 s at 100,000 records, and ten times the records at most twelve times
 the time.
 
     python bench/report_scale.py --output bench/results/report_scale.json
@@ -43,7 +44,7 @@ REPEATS = 3
 SIZES = (10_000, 100_000)
 TARGET_S = 20.0
 TARGET_GROWTH = 12.0
-TARGETED = ("report", "compare", "export")
+TARGETED = ("report", "compare", "export", "history add", "history")
 """The commands the targets are for; ``report --html`` (which draws every figure and writes
 every row's model line into the page) is timed beside them."""
 
@@ -194,7 +195,9 @@ def main() -> None:
         "export": lambda base, new, folder: ["export", base, "--to", folder / "all.parquet"],
     }
     if has_command("history"):
-        commands["history"] = lambda base, new, folder: ["history", base]
+        commands["history add"] = lambda base, new, folder: [
+            "history", "add", folder / "history.duckdb", base]
+        commands["history"] = lambda base, new, folder: ["history", folder / "history.duckdb"]
     results = {}
     for size in sizes:
         folder = scratch / f"n{size}"

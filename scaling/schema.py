@@ -264,6 +264,9 @@ RECORD_FIELDS: Dict[str, str] = {
     "device_name": "the device, as the framework names it",
     "layout": "NCHW or NHWC",
     "hosts": "hosts the ranks ran on",
+    "node_names": "the nodes the ranks ran on, by the names their backend gives them "
+                  "(SCALING_NODE_NAME, Slurm's node name, a Ray node's id), else their host "
+                  "names: what a history tells nodes apart by",
     "host": "host that ran the harness",
     "cpu_model": "its CPU",
     "cpu_cores": "its cores",

@@ -237,6 +237,7 @@ def node_part(cell_fields: Dict, hosts: List[str], port: int, python: Optional[s
                 continue  # its ranks' reports are missing: the record says which ranks failed
 
     record = run_cell(cell, out, python=python, placement=placement,
+                      extra_env={"SCALING_NODE_NAME": f"ray-{node_id[:12]}"},
                       watch=WatchSettings(**watch), gather=gather if others else None)
     write_json_atomically(cell_dir / f"node{node_rank}.json", {
         "node_id": node_id, "address": hosts[node_rank],

@@ -14,8 +14,8 @@ import click
 
 from scaling import __version__
 from scaling.backends import BACKENDS
-from scaling.cli import (allreduce, analysis, data, maxbatch, predict, preflight, queue, run,
-                         runs, sweep, tune)
+from scaling.cli import (allreduce, analysis, data, history, maxbatch, predict, preflight,
+                         queue, run, runs, sweep, tune)
 from scaling.errors import InfrastructureError, ScalingError
 
 
@@ -53,7 +53,8 @@ def cli():
 for command in (run.devices, run.run, sweep.sweep, sweep.report_command, maxbatch.maxbatch,
                 queue.status, queue.cancel, analysis.matmul,
                 analysis.compare_command, allreduce.allreduce, predict.predict,
-                data.make_data_command, preflight.preflight, runs.export_command, tune.tune):
+                data.make_data_command, preflight.preflight, runs.export_command, tune.tune,
+                history.history_group):
     cli.add_command(command)
 for name in BACKENDS.names():
     for command in BACKENDS.get(name).commands:

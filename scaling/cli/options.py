@@ -189,3 +189,17 @@ def cell_options(steps: int, warmup: int, out: str, what: str):
         ALLOW_OVERSUBSCRIBE,
     ]
     return lambda command: apply(options, command)
+
+
+HISTORY = click.option(
+    "--history", "history_path", type=click.Path(dir_okay=False),
+    help="Also add the run's points to this history file (made if missing; see scaling "
+         "history).")
+
+
+def add_to_history(path, out_dir) -> None:
+    from scaling.report.history import add_runs
+
+    from scaling.cli.output import console
+
+    console.print(f"added {add_runs(path, [out_dir])} points to the history {path}")

@@ -11,8 +11,9 @@ from scaling import hardware
 from scaling.cell import Cell, make_cell
 from scaling.backends import backend_option, open_backend
 from scaling.cli.output import console, prepare_out_dir, print_record
-from scaling.cli.options import (apply, cell_options, parse_options, pop_scheduler_flags,
-                                 scheduler_options, watch_options, watch_settings)
+from scaling.cli.options import (HISTORY, add_to_history, apply, cell_options, parse_options,
+                                 pop_scheduler_flags, scheduler_options, watch_options,
+                                 watch_settings)
 from scaling.errors import ScalingError, exit_status
 from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS
@@ -126,9 +127,10 @@ def folder_unit(out_dir, cell: Cell) -> Optional[int]:
 @watch_options
 @backend_option
 @scheduler_options
+@HISTORY
 @click.pass_context
 def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous, hosts,
-        wait_for_quiet_s, no_telemetry, backend, wait, **fields):
+        wait_for_quiet_s, no_telemetry, backend, wait, history_path, **fields):
     """Run one cell and append its result to OUT/results.jsonl.
 
     With --backend slurm, submit it as a one-task job array on --nodes nodes instead.
@@ -162,4 +164,6 @@ def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous,
         if recorded is None:
             return
     print_record(recorded)
+    if history_path:
+        add_to_history(history_path, out_dir)
     ctx.exit(exit_status([recorded["status"]]))

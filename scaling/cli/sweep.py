@@ -8,8 +8,9 @@ from typing import Optional
 import click
 
 from scaling.backends import backend_option, open_backend
-from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, parse_prices, pop_scheduler_flags,
-                                 scheduler_options, watch_options, watch_settings)
+from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, HISTORY, add_to_history, parse_prices,
+                                 pop_scheduler_flags, scheduler_options, watch_options,
+                                 watch_settings)
 from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
 from scaling.cli.preflight import preflight_first
 from scaling.cli.runs import report_runs
@@ -81,9 +82,11 @@ def print_summary(rows, page) -> None:
                    "synthetic figures): first (each point's first repeat), every, or none "
                    "(throughput alone) [default: the sweep file's, or first].")
 @scheduler_options
+@HISTORY
 @click.pass_context
 def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_for_quiet_s,
-          no_telemetry, preflight, backend, one_allocation, references, wait, **slurm_flags):
+          no_telemetry, preflight, backend, one_allocation, references, wait, history_path,
+          **slurm_flags):
     """Run every cell of the sweep file CONFIG, then print the scaling report (and with --plot
     or --html write its figures, as `scaling report` does).
 
@@ -117,6 +120,8 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
         rows = print_report(out_dir)
         page = write_figures(out_dir, rows, plot, "" if html else None)
         counts = print_counts([cell.cell_id for cell in cells], out_dir)
+        if history_path:
+            add_to_history(history_path, out_dir)
         print_summary(rows, page)
         ctx.exit(exit_status(counts))
 

@@ -208,6 +208,7 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "device_name": first.get("device_name"),
         "layout": first.get("layout"),
         "hosts": sorted({r["host"] for r in reports if "host" in r}),
+        "node_names": sorted({r["node"] for r in reports if r.get("node")}),
         **provenance(),
         "started_at": started_at,
         "wall_s": round(wall_s, 3),
