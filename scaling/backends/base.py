@@ -84,6 +84,12 @@ class Backend:
         raise ScalingError("--preflight compares the nodes of a cluster: add --backend slurm "
                            "(check this node alone with scaling preflight --baseline FILE)")
 
+    def run_on(self, cell: Cell, out_dir, node: str) -> Optional[Dict]:
+        """``cell`` measured again on ``node`` (``accept --confirm``), waited for: its record,
+        or None where it never ran."""
+        raise ScalingError("--confirm measures again here or through Slurm: use --backend "
+                           "local or --backend slurm")
+
     def submitted(self, out_dir) -> bool:
         """Whether ``out_dir`` holds cells submitted through this backend."""
         return False

@@ -72,6 +72,10 @@ class Local(Backend):
         run_cells(todo, out_dir, interpreters(spec), watch=watch)
         return cells, True
 
+    def run_on(self, cell, out_dir, node) -> Optional[Dict]:
+        """Here: this machine is the node."""
+        return run_and_record(cell, out_dir, watch=WatchSettings())
+
     def search_here(self, what: str) -> None:
         """A search runs here."""
 

@@ -65,6 +65,16 @@ class Slurm(Backend):
         wait_for(out_dir, [cell.cell_id])
         return ResultStore(out_dir).done().get(cell.cell_id)
 
+    def run_on(self, cell, out_dir, node) -> Optional[Dict]:
+        """A one-task job kept off every other node of the partition, waited for."""
+        section = self.section()
+        others = [name for name in controller.node_names(section.partition) if name != node]
+        submit([cell], out_dir, dataclasses.replace(section, exclude=[*section.exclude,
+                                                                      *others]),
+               "confirm", {}, WatchSettings())
+        wait_for(out_dir, [cell.cell_id])
+        return ResultStore(out_dir).done().get(cell.cell_id)
+
     def sweep(self, spec, out_dir, watch, wait):
         if spec.needs_max_batch():
             self.search_here("run that sweep")

@@ -14,8 +14,8 @@ import click
 
 from scaling import __version__
 from scaling.backends import BACKENDS
-from scaling.cli import (allreduce, analysis, data, history, maxbatch, predict, preflight,
-                         queue, run, runs, sweep, tune)
+from scaling.cli import (accept, allreduce, analysis, data, history, maxbatch, predict,
+                         preflight, queue, run, runs, sweep, tune)
 from scaling.errors import InfrastructureError, ScalingError
 
 
@@ -54,7 +54,7 @@ for command in (run.devices, run.run, sweep.sweep, sweep.report_command, maxbatc
                 queue.status, queue.cancel, analysis.matmul,
                 analysis.compare_command, allreduce.allreduce, predict.predict,
                 data.make_data_command, preflight.preflight, runs.export_command, tune.tune,
-                history.history_group):
+                history.history_group, accept.accept):
     cli.add_command(command)
 for name in BACKENDS.names():
     for command in BACKENDS.get(name).commands:

@@ -45,30 +45,51 @@ def point_curve(row: Dict) -> str:
 
 def run_points(out_dir) -> List[Dict]:
     """The points of the run in ``out_dir``, each one's repeats pooled."""
+    records = sweep_records(out_dir)
+    started = min(r["started_at"] for r in records if r.get("started_at"))
+    return [summarize_point(key, group, str(Path(out_dir).resolve()), started)
+            for key, group in sorted(point_groups(records).items())]
+
+
+def sweep_records(out_dir) -> List[Dict]:
     records = [r for r in ResultStore(out_dir).records() if r.get("purpose", "sweep") == "sweep"]
     if not records:
-        raise ScalingError(f"{out_dir} holds no sweep records to add to a history")
+        raise ScalingError(f"{out_dir} holds no sweep records")
+    return records
+
+
+def point_groups(records: List[Dict]) -> Dict[tuple, List[Dict]]:
+    """The records' rows (with their baselines) by point: curve, device count and node."""
     groups = defaultdict(list)
     for row in with_scaling(records):
         node = ",".join(row.get("node_names") or row.get("hosts") or [row.get("host", "")])
         groups[(point_curve(row), row["total_devices"], node)].append(row)
-    started = min(r["started_at"] for r in records if r.get("started_at"))
-    points = []
-    for (curve, devices, node), group in sorted(groups.items()):
-        summary = {key: finite(value) for key, value in cell_summary(group).items()}
-        interval = [finite(bound) for bound in summary.get("interval") or (None, None)]
-        versions = group[0].get("versions") or {}
-        points.append({
-            "run": str(Path(out_dir).resolve()), "started_at": started, "curve": curve,
-            "devices": devices, "node": node,
-            "framework_version": group[0].get("framework_version") or "",
-            "driver": versions.get("driver") or versions.get("cuda") or "",
-            "images_per_sec": summary.get("images_per_sec"), "low": interval[0],
-            "high": interval[1], "efficiency": summary.get("efficiency"),
-            "efficiency_low": summary.get("efficiency_low"),
-            "efficiency_high": summary.get("efficiency_high"),
-            "noisy": summary.get("noisy") or "", "status": summary["status"]})
-    return points
+    return groups
+
+
+def summarize_point(key: tuple, group: List[Dict], run: str, started: str) -> Dict:
+    """One point of a run: its repeats pooled as the report pools them, with what a history
+    keeps and what a reference table matches on."""
+    curve, devices, node = key
+    summary = {name: finite(value) for name, value in cell_summary(group).items()}
+    interval = [finite(bound) for bound in summary.get("interval") or (None, None)]
+    first = group[0]
+    versions = first.get("versions") or {}
+    return {
+        "run": run, "started_at": started, "curve": curve, "devices": devices, "node": node,
+        "framework_version": first.get("framework_version") or "",
+        "driver": versions.get("driver") or versions.get("cuda") or "",
+        "images_per_sec": summary.get("images_per_sec"), "low": interval[0],
+        "high": interval[1], "efficiency": summary.get("efficiency"),
+        "efficiency_low": summary.get("efficiency_low"),
+        "efficiency_high": summary.get("efficiency_high"),
+        "noisy": summary.get("noisy") or "", "status": summary["status"],
+        "measurements": sum(row["status"] == "ok" for row in group),
+        **{name: first.get(name) for name in MATCHED}}
+
+
+MATCHED = ("workload", "image_size", "batch_size", "precision", "launcher", "device_name")
+"""What a reference table's point is matched on, beside the device count."""
 
 
 def finite(value):
