@@ -13,8 +13,8 @@ the size asked for. ``compare`` takes two such runs, the second one's figures mo
 
 Each command's wall-clock seconds, and its CPU seconds (user and system, of the command's
 process), which hold where other work shares the machine. Targets: ``report``, ``compare``,
-``export`` and both history commands each at most 20 s at 100,000 records, and ten times the records at most twelve times
-the time.
+``export`` and both history commands each at most 20 s at 100,000 records, and ten times the
+records at most twelve times the time.
 
     python bench/report_scale.py --output bench/results/report_scale.json
 """

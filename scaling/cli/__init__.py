@@ -44,7 +44,7 @@ def cli():
     env_error, ...) and is appended to OUT/results.jsonl.
 
     Exit status: 0 done (every cell is ok); 1 a cell ended otherwise (oom, crashed, timeout,
-    ...; for `maxbatch`: a search gave up), or `compare` found a regression; 2 bad input; 3 the environment or
+    ...; for `maxbatch`: a search gave up), `compare` found a regression, or `accept` a confirmed fail; 2 bad input; 3 the environment or
     infrastructure failed (Slurm unreachable or refusing, no free port, a missing framework
     environment).
     """

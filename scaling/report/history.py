@@ -118,13 +118,19 @@ def add_runs(path, out_dirs: Sequence) -> int:
     it held for the same run; the count of points added."""
     rows = [point for out_dir in out_dirs for point in run_points(out_dir)]
     added = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    import pyarrow
+
     db = connect(path, create=True)
     try:
         for run in {row["run"] for row in rows}:
             db.execute("DELETE FROM points WHERE run = ?", [run])
-        names = [name for name, _ in COLUMNS]
-        db.executemany(f"INSERT INTO points VALUES ({', '.join('?' * len(names))})",
-                       [[{**row, "added_at": added}[name] for name in names] for row in rows])
+        types = {"VARCHAR": pyarrow.string(), "INTEGER": pyarrow.int32(),
+                 "DOUBLE": pyarrow.float64()}
+        db.register("added", pyarrow.table({
+            name: pyarrow.array([{**row, "added_at": added}[name] for row in rows],
+                                type=types[kind])
+            for name, kind in COLUMNS}))
+        db.execute("INSERT INTO points SELECT * FROM added")
     finally:
         db.close()
     return len(rows)
