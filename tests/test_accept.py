@@ -74,3 +74,14 @@ def test_an_unknown_reference_and_a_tolerance_outside_0_to_1_are_refused(tmp_pat
     for tolerance in ("0", "1.5"):
         assert_one_line_error(scaling_in_process("accept", run, "--reference", "h100",
                                                  "--tolerance", tolerance), "--tolerance")
+
+
+def test_a_point_whose_cells_all_failed_fails_and_two_such_cells_confirm_it():
+    from scaling.report.accept import verdict
+
+    crashed = {"status": "crashed", "low": None, "high": None, "images_per_sec": None,
+               "records": 1}
+    figure = {"images_per_sec": 100.0, "source": "a run", "differs": ""}
+    assert verdict(crashed, figure, 0.95)["verdict"] == "fail"
+    assert not verdict(crashed, figure, 0.95)["confirmed"]
+    assert verdict({**crashed, "records": 2}, figure, 0.95)["confirmed"]

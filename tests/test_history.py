@@ -107,3 +107,16 @@ def test_a_missing_history_and_a_run_without_records_are_one_line_errors(tmp_pat
     empty.mkdir()
     refused = scaling_in_process("history", "add", tmp_path / "h.duckdb", empty)
     assert refused.returncode == 2 and "holds no sweep records" in refused.stderr
+
+
+def point(images_per_sec, run):
+    return {"run": run, "status": "ok", "images_per_sec": images_per_sec,
+            "low": images_per_sec * 0.98, "high": images_per_sec * 1.02}
+
+
+def test_a_dip_that_half_recovers_is_one_change_the_size_of_where_it_settled():
+    from scaling.report.history import judged
+
+    series = judged([point(100, "a"), point(70, "b"), point(90, "c"), point(90, "d")])
+    assert [p["verdict"] for p in series] == ["same", "change", "same", "same"]
+    assert series[1]["ratio"] == pytest.approx(0.9) and series[1]["since"] == "a"

@@ -50,6 +50,9 @@ def test_torchrun_on_one_and_two_nodes_and_horovod_on_two_name_their_ray_nodes(c
         assert {path.name for path in cell_dir.glob("launcher*.log")} == \
             {"launcher.log", *(f"launcher-node{index}.log" for index in range(1, nodes))}
         assert record["log"] == str(cell_dir / "launcher.log")
+        # So did each node's fingerprint, which the report compares machines by.
+        assert len(record["fingerprint"]) == nodes and all(
+            (out / "fingerprints" / f"{name}.json").is_file() for name in record["fingerprint"])
 
 
 @pytest.mark.slow

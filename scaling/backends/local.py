@@ -21,6 +21,7 @@ from scaling.maxbatch.search import find_max_batches
 from scaling.maxbatch.sweep import search_max_batches
 from scaling.placement import local_placement
 from scaling.sweep import expand, interpreters
+from scaling.workers.common import node_name
 
 SCHEDULER = "use --backend slurm"
 
@@ -73,7 +74,11 @@ class Local(Backend):
         return cells, True
 
     def run_on(self, cell, out_dir, node) -> Optional[Dict]:
-        """Here: this machine is the node."""
+        """Here, where this machine is that node."""
+        here = node_name()
+        if node != here:
+            raise ScalingError(f"the point ran on {node}, and this machine is {here}: measure "
+                               "it again there, or with --backend slurm")
         return run_and_record(cell, out_dir, watch=WatchSettings())
 
     def search_here(self, what: str) -> None:

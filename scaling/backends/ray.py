@@ -3,8 +3,9 @@ node with the cell's devices and cores, spread over distinct nodes for a cell ov
 
 Each bundle runs a Ray task that starts the launcher's per-node command, as a Slurm step does,
 in a scratch folder of its own node: no file system is shared. The other nodes' tasks hand
-their rank reports, logs and node facts to node 0's task through Ray, node 0 makes the record,
-and every file of the cell comes back to this machine through Ray, into ``OUT/cells/CELL/``
+their rank reports, logs, node facts and fingerprints to node 0's task through Ray, node 0
+makes the record, and every file of the cell comes back to this machine through Ray, into
+``OUT/cells/CELL/`` and ``OUT/fingerprints/``
 (as on KubeRay, where the submitting pod shares nothing with the workers). The record names the
 cluster's nodes that ran it (``ray``). The command drives the cells itself and waits for each:
 Ctrl-C stops the cell under way, and ``--resume`` runs what did not finish.
@@ -28,6 +29,7 @@ from scaling.atomic import write_json_atomically
 from scaling.backends.base import Backend, register_backend
 from scaling.cell import Cell
 from scaling.errors import InfrastructureError, ScalingError
+from scaling.execute.fingerprint import FINGERPRINTS_DIR
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.run import make_record, provenance, run_cell
 from scaling.execute.runner import pending_cells, run_cells
@@ -84,9 +86,10 @@ class Ray(Backend):
         return ray
 
     def cores(self, section=None) -> Optional[int]:
-        """The CPUs of the cluster's smallest node."""
+        """The CPUs of the cluster's smallest node that has any."""
         ray = self.connect()
-        cpus = [node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"]]
+        cpus = [node["Resources"].get("CPU", 0) for node in ray.nodes()
+                if node["Alive"] and node["Resources"].get("CPU", 0) > 0]  # not a CPU-less head
         return int(min(cpus)) if cpus else None
 
     def run(self, cell, out_dir, pythons, watch, placement, wait) -> Optional[Dict]:
@@ -152,20 +155,22 @@ class Ray(Backend):
         part = (cell.to_dict(), hosts, port, python, dataclasses.asdict(watch), scratch)
         others = [on(index, node_part).remote(*part, index, []) for index in range(1, cell.nodes)]
         cell_dir = Path(out_dir) / "cells" / cell.cell_id
+        if cell_dir.exists():
+            shutil.rmtree(cell_dir)
         try:
             first = ray.get(on(0, node_part).remote(*part, 0, others))
         except ray.exceptions.RayError as error:
-            cell_dir.mkdir(parents=True, exist_ok=True)
+            cell_dir.mkdir(parents=True)
             return make_record(cell, cell_dir, {
                 "status": "crashed", "error": f"node 0's Ray task ended: {one_line(error)}"},
                 [], None, time.time() - started, None)
-        if cell_dir.exists():
-            shutil.rmtree(cell_dir)
         write_files(cell_dir, first["files"])
+        write_files(Path(out_dir) / FINGERPRINTS_DIR, first["fingerprints"], keep=True)
         record = {**first["record"], "log": str(cell_dir / "launcher.log")}
         record["ray"] = {"address": self.address, "placement_group": group.id.hex(),
-                         "nodes": [json.loads(path.read_text())
-                                   for path in sorted(cell_dir.glob("node*.json"))]}
+                         "nodes": [json.loads((cell_dir / f"node{rank}.json").read_text())
+                                   for rank in range(cell.nodes)
+                                   if (cell_dir / f"node{rank}.json").exists()]}
         write_json_atomically(cell_dir / "record.json", record)
         return record
 
@@ -227,14 +232,24 @@ def node_part(cell_fields: Dict, hosts: List[str], port: int, python: Optional[s
                           get_launcher(cell.launcher).ranks_per_node(cell), node_rank, hosts[0],
                           port)
     cell_dir = out / "cells" / cell.cell_id
+    if cell_dir.exists():
+        shutil.rmtree(cell_dir)  # an earlier attempt's reports and logs
 
     def gather(into: Path) -> None:
+        """The other nodes' parts into node 0's folder; a node whose task ended says so in
+        its log (its ranks' reports are missing, and the record names them)."""
         ready, _ = ray.wait(others, num_returns=len(others), timeout=REPORT_GRACE_S)
-        for ref in ready:
+        for rank, ref in enumerate(others, start=1):
             try:
-                write_files(into, ray.get(ref)["files"], keep=True)
-            except ray.exceptions.RayError:
-                continue  # its ranks' reports are missing: the record says which ranks failed
+                if ref not in ready:
+                    raise TimeoutError(f"no part within {REPORT_GRACE_S:g} s of node 0's end")
+                part = ray.get(ref)
+            except (ray.exceptions.RayError, TimeoutError) as error:
+                with open(into / f"launcher-node{rank}.log", "a") as log:
+                    log.write(f"node {rank}'s Ray task ended: {one_line(error)}\n")
+                continue
+            write_files(into, part["files"], keep=True)
+            write_files(out / FINGERPRINTS_DIR, part["fingerprints"], keep=True)
 
     record = run_cell(cell, out, python=python, placement=placement,
                       extra_env={"SCALING_NODE_NAME": f"ray-{node_id[:12]}"},
@@ -242,10 +257,13 @@ def node_part(cell_fields: Dict, hosts: List[str], port: int, python: Optional[s
     write_json_atomically(cell_dir / f"node{node_rank}.json", {
         "node_id": node_id, "address": hosts[node_rank],
         **provenance(), "gpus": [gpu.get("name") for gpu in hardware.query_gpus()]})
-    return {"record": record, "files": read_files(cell_dir)}
+    return {"record": record, "files": read_files(cell_dir),
+            "fingerprints": read_files(out / FINGERPRINTS_DIR)}
 
 
 def read_files(folder: Path) -> Dict[str, bytes]:
+    if not folder.is_dir():
+        return {}
     return {str(path.relative_to(folder)): path.read_bytes()
             for path in sorted(folder.rglob("*")) if path.is_file()}
 

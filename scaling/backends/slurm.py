@@ -66,9 +66,11 @@ class Slurm(Backend):
         return ResultStore(out_dir).done().get(cell.cell_id)
 
     def run_on(self, cell, out_dir, node) -> Optional[Dict]:
-        """A one-task job kept off every other node of the partition, waited for."""
+        """A one-task job kept off every other node of the partition, waited for (``node``:
+        the point's nodes, joined by commas)."""
         section = self.section()
-        others = [name for name in controller.node_names(section.partition) if name != node]
+        others = [name for name in controller.node_names(section.partition)
+                  if name not in node.split(",")]
         submit([cell], out_dir, dataclasses.replace(section, exclude=[*section.exclude,
                                                                       *others]),
                "confirm", {}, WatchSettings())

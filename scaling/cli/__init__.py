@@ -1,7 +1,8 @@
 """The ``scaling`` command line: one module per command group, gathered into one group here.
 
 Exit status: 0 done; 1 a cell failed (``run``, ``sweep``, ``status --wait``: a cell is not ok;
-``maxbatch``: a search gave up) or ``compare`` found a regression; 2 bad input; 3 the environment or infrastructure failed (Slurm unreachable or
+``maxbatch``: a search gave up), ``compare`` found a regression or ``accept`` a confirmed fail;
+2 bad input; 3 the environment or infrastructure failed (Slurm or a Ray head unreachable or
 refusing, no free port, a missing framework environment).
 """
 
@@ -44,9 +45,9 @@ def cli():
     env_error, ...) and is appended to OUT/results.jsonl.
 
     Exit status: 0 done (every cell is ok); 1 a cell ended otherwise (oom, crashed, timeout,
-    ...; for `maxbatch`: a search gave up), `compare` found a regression, or `accept` a confirmed fail; 2 bad input; 3 the environment or
-    infrastructure failed (Slurm unreachable or refusing, no free port, a missing framework
-    environment).
+    ...; for `maxbatch`: a search gave up), `compare` found a regression, or `accept` a
+    confirmed fail; 2 bad input; 3 the environment or infrastructure failed (Slurm or a Ray
+    head unreachable or refusing, no free port, a missing framework environment).
     """
 
 

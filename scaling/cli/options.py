@@ -203,3 +203,9 @@ def add_to_history(path, out_dir) -> None:
     from scaling.cli.output import console
 
     console.print(f"added {add_runs(path, [out_dir])} points to the history {path}")
+
+
+def history_later(path, out_dir) -> str:
+    """What to do for --history when the command returns before its cells end."""
+    return (f"--history: the cells have not ended yet; once they have (scaling status "
+            f"{out_dir} --wait), add them with: scaling history add {path} {out_dir}")

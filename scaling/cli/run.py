@@ -11,9 +11,9 @@ from scaling import hardware
 from scaling.cell import Cell, make_cell
 from scaling.backends import backend_option, open_backend
 from scaling.cli.output import console, prepare_out_dir, print_record
-from scaling.cli.options import (HISTORY, add_to_history, apply, cell_options, parse_options,
-                                 pop_scheduler_flags, scheduler_options, watch_options,
-                                 watch_settings)
+from scaling.cli.options import (HISTORY, add_to_history, apply, cell_options, history_later,
+                                 parse_options, pop_scheduler_flags, scheduler_options,
+                                 watch_options, watch_settings)
 from scaling.errors import ScalingError, exit_status
 from scaling.execute.store import ResultStore
 from scaling.frameworks import FRAMEWORKS
@@ -162,6 +162,8 @@ def run(ctx, out_dir, python, memory_limit, option_pairs, node_rank, rendezvous,
         recorded = runner.run(cell, out_dir, {cell.framework: python} if python else {},
                               watch_settings(wait_for_quiet_s, no_telemetry), placement, wait)
         if recorded is None:
+            if history_path:
+                console.print(history_later(history_path, out_dir))
             return
     print_record(recorded)
     if history_path:

@@ -8,9 +8,9 @@ from typing import Optional
 import click
 
 from scaling.backends import backend_option, open_backend
-from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, HISTORY, add_to_history, parse_prices,
-                                 pop_scheduler_flags, scheduler_options, watch_options,
-                                 watch_settings)
+from scaling.cli.options import (ALLOW_OVERSUBSCRIBE, HISTORY, add_to_history, history_later,
+                                 parse_prices, pop_scheduler_flags, scheduler_options,
+                                 watch_options, watch_settings)
 from scaling.cli.output import console, prepare_out_dir, print_counts, print_report
 from scaling.cli.preflight import preflight_first
 from scaling.cli.runs import report_runs
@@ -124,6 +124,8 @@ def sweep(ctx, config, out_dir, resume, plot, html, allow_oversubscribe, wait_fo
             add_to_history(history_path, out_dir)
         print_summary(rows, page)
         ctx.exit(exit_status(counts))
+    elif history_path:
+        console.print(history_later(history_path, out_dir))
 
 
 @click.command(name="report")

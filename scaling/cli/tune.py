@@ -187,8 +187,8 @@ def tune(ctx, workload, devices, budget_text, framework_text, launcher_text, ima
                        leader=f"leader {leader.median():.1f} img/s" if leader else "",
                        left=f"{max(tuner.budget.left(), 0):.0f} s left")
 
-        tuner = Tuner(space, trial_cell, lambda cell: runner.run_trial(cell, out_dir), ResultStore(out_dir).done(), budget, seed,
-                      on_trial=said)
+        tuner = Tuner(space, trial_cell, lambda cell: runner.run_trial(cell, out_dir),
+                      ResultStore(out_dir).done(), budget, seed, on_trial=said)
         tuner.tune()
     summary = summarize(tuner, settings)
     best = tuner.best

@@ -2,8 +2,9 @@
 from the intervals, against ``tolerance`` x the reference's images/sec.
 
 - ``pass``: the point's whole interval is at or above the required figure;
-- ``fail``: its whole interval is below it; *confirmed* once two or more measurements of the
-  point (its repeats, and those ``--confirm`` adds) give it together;
+- ``fail``: its whole interval is below it, or none of its cells ended ``ok`` (crashed, out of
+  memory, timed out); *confirmed* once two or more measurements of the point (its repeats, and
+  those ``--confirm`` adds) give it together;
 - ``inconclusive``: the interval straddles the required figure, or has no ends;
 - ``no reference``: the reference has no figure for the point.
 
@@ -15,6 +16,7 @@ source and what differs).
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -52,10 +54,14 @@ def reference(ref: str) -> Callable[[Dict], Optional[Dict]]:
 
 
 def level(points: List[Dict]) -> Optional[Dict]:
-    """A judged series' current level: its last confirmed change, else its first point."""
+    """A judged series' current level: the run that confirmed its last change, else its first
+    point."""
     ok = [point for point in points if point["status"] == "ok"]
-    changes = [point for point in ok if point["verdict"] == "change"]
-    return (changes or ok or [None])[-1 if changes else 0]
+    found = ok[0] if ok else None
+    for index, point in enumerate(ok[:-1]):
+        if point["verdict"] == "change":
+            found = ok[index + 1]
+    return found
 
 
 def pooled(points: List[Dict], source: str) -> Callable[[Dict], Optional[Dict]]:
@@ -73,7 +79,8 @@ def from_table(model: Dict) -> Callable[[Dict], Optional[Dict]]:
     """A model's table figures: a point matches one with its device, device count and every
     field the figure names."""
     def lookup(point: Dict) -> Optional[Dict]:
-        if model["device"].lower() not in (point.get("device_name") or "").lower():
+        if not re.search(rf"\b{re.escape(model['device'])}\b", point.get("device_name") or "",
+                         re.IGNORECASE):
             return None
         for figure in model["points"]:
             named = {key: value for key, value in figure.items()
@@ -92,7 +99,9 @@ def verdict(point: Dict, figure: Optional[Dict], tolerance: float) -> Dict:
         return {**judged, "verdict": "no reference", "required": None}
     required = tolerance * figure["images_per_sec"]
     judged["required"] = required
-    if point["status"] != "ok" or point["low"] is None or point["high"] is None:
+    if point["status"] != "ok":
+        return {**judged, "verdict": "fail", "confirmed": point["records"] >= 2}
+    if point["low"] is None or point["high"] is None:
         return {**judged, "verdict": "inconclusive"}
     if point["low"] >= required:
         return {**judged, "verdict": "pass"}
@@ -138,6 +147,9 @@ def failed(v: Dict) -> bool:
 def describe(v: Dict, tolerance: float) -> str:
     if v["reference"] is None:
         return "no reference figure for this point"
+    if v["status"] != "ok":
+        return (f"fail{' (confirmed)' if failed(v) else ''}: {v['status']} in every "
+                f"measurement")
     text = (f"{v['verdict']}{' (confirmed)' if failed(v) else ''}: "
             f"{v['images_per_sec'] or 0:,.1f} img/s")
     if v["low"] is not None:

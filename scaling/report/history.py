@@ -5,9 +5,10 @@ as the report pools them), with images/sec and efficiency and their 95% interval
 date, the node names, and the framework and driver versions. A trend is one such series in
 date order. A point *changes* the series where its interval and the level before it separate
 and it differs by at least ``min_change``; the change is *confirmed* once the next point
-separates from that level the same way, and the level moves to it. Until a later run says,
-the change is ``unconfirmed``; a point that the next run does not follow is ``not confirmed``
-(a one-off, such as a run beside a busy neighbour) and the level stays.
+separates from that level the same way, and the level moves to that confirming point (the
+change's size is where it settled). The first point sets the first level. Until a later run
+says, the change is ``unconfirmed``; a point that the next run does not follow is ``not
+confirmed`` (a one-off, such as a run beside a busy neighbour) and the level stays.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def summarize_point(key: tuple, group: List[Dict], run: str, started: str) -> Di
         "efficiency_high": summary.get("efficiency_high"),
         "noisy": summary.get("noisy") or "", "status": summary["status"],
         "measurements": sum(row["status"] == "ok" for row in group),
+        "records": len(group),
         **{name: first.get(name) for name in MATCHED}}
 
 
@@ -182,7 +184,11 @@ def judged(series: List[Dict], min_change: float = MIN_CHANGE) -> List[Dict]:
             if later is None:
                 judged_point["verdict"] = "unconfirmed"
             elif separates(later, level, min_change) == direction:
-                judged_point["verdict"], level = "change", point
+                # The change's size is where the confirming run settled, which the level
+                # moves to: a dip that half recovers is one change, not two.
+                judged_point.update(verdict="change", ratio=later["images_per_sec"] /
+                                    level["images_per_sec"])
+                level = later
             else:
                 judged_point["verdict"] = "not confirmed"
     return out
