@@ -134,13 +134,18 @@ class SlurmCluster:
         finally:
             self._stop_daemons()
 
-    @contextlib.contextmanager
     def slowed(self, name: str, share: float):
         """Node ``name`` really slowed while inside: its ``slurmd``, and so every process it
         starts from now on, under a CPU quota of ``share`` of one core (each 10 ms period).
         Skips the test where cgroups cannot be written."""
-        with cpu_group(f"scaling-{self.root.name}-{name}", cfs_period_us=10000,
-                       cfs_quota_us=int(share * 10000)) as group:
+        return self.grouped(name, "slowed", cfs_period_us=10000,
+                            cfs_quota_us=int(share * 10000))
+
+    @contextlib.contextmanager
+    def grouped(self, name: str, why: str, **settings):
+        """Node ``name``'s ``slurmd``, and every process it starts from now on, in a CPU group
+        of its own with ``settings`` (tests/cpugroup.py) while inside."""
+        with cpu_group(f"scaling-{self.root.name}-{name}-{why}", **settings) as group:
             pid = (self.root / f"slurmd-{name}.pid").read_text().split()[0]
             (group / "cgroup.procs").write_text(pid)
             yield

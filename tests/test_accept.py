@@ -1,6 +1,7 @@
 """``scaling accept`` on a real two-node Slurm cluster: a run measured while n2 is slowed (its
 slurmd, and all it starts, under a fifth of a core; a repeat of its cell on each node) against
-a run of the healthy cluster: n1
+a run of the healthy n1. n1 runs ahead of the machine's other work (ten times its weight), so
+that the load of other tests moves its figures little: n1
 passes, n2 fails and, measured again on n2 (--confirm), the fail is confirmed; exit 1, a JUnit
 file CI can read, JSON. A run against itself passes with exit 0. Bad references and
 tolerances are one-line errors."""
@@ -12,6 +13,7 @@ from xml.etree import ElementTree
 
 import pytest
 from conftest import read_records, scaling_in_process, write_sweep
+from cpugroup import AHEAD_SHARES
 from slurmcluster import SlurmCluster, missing_binaries
 
 from test_bad_input import assert_one_line_error
@@ -40,8 +42,8 @@ def swept(cluster, tmp_path, name, repeats=1, *flags):
 
 @pytest.mark.slow
 def test_a_slowed_node_fails_confirmed_and_a_healthy_one_passes(cluster, tmp_path):
-    reference = swept(cluster, tmp_path, "healthy")
-    with cluster.slowed("n2", SLOW_SHARE):
+    with cluster.grouped("n1", "ahead", shares=AHEAD_SHARES), cluster.slowed("n2", SLOW_SHARE):
+        reference = swept(cluster, tmp_path, "healthy", 1, "--sbatch-arg=--nodelist=n1")
         swept(cluster, tmp_path, "slowed", 1, "--sbatch-arg=--nodelist=n1")
         run = swept(cluster, tmp_path, "slowed", 2, "--sbatch-arg=--nodelist=n2", "--resume")
         assert {tuple(r["node_names"]) for r in read_records(run)} == {("n1",), ("n2",)}
