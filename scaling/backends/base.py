@@ -20,14 +20,17 @@ class Backend:
 
     name: str
     help: str
-    waits: bool
-    """Whether its commands block until their cells end without ``--wait``."""
     commands: tuple = ()
     """Hidden commands of its own, which the cells it starts call."""
+    one_allocation: bool = False
+    """Whether it runs a whole sweep in one allocation (``--one-allocation``)."""
 
     def __init__(self, flags: Optional[Dict] = None):
         self.flags = {key: value for key, value in (flags or {}).items()
                       if value not in (None, ())}
+        if self.flags.get("allocation") == "one" and not self.one_allocation:
+            raise ScalingError("--one-allocation runs the sweep inside one Slurm job: add "
+                               "--backend slurm")
 
     def cores(self, section: Optional[SlurmSection] = None) -> Optional[int]:
         """The cores of the machine that cells run on, which a CPU device's default threads
@@ -68,14 +71,16 @@ class Backend:
         """``search``: the arguments of :func:`scaling.maxbatch.search.find_max_batches`;
         ``fields``: the command's cell fields. The status of each device count's search
         (``ok``, or that of the trial that stopped it), or None when it was only submitted."""
-        raise NotImplementedError
+        raise ScalingError("a max-batch search runs its trials here or as one Slurm job: use "
+                           "--backend local or --backend slurm")
 
     def preflight(self, check: Dict, out_dir, nodes: Optional[int], nodelist: Optional[str],
                   wait: bool) -> Optional[Dict]:
         """Check the nodes (``check``: devices, threads, repeats, threshold, baseline) and write
         the verdict to OUT/preflight.json: the verdict, ``{}`` when none came, or None when
         the check was only submitted."""
-        raise NotImplementedError
+        raise ScalingError("preflight checks this node (--backend local) or a Slurm partition's "
+                           "nodes (--backend slurm)")
 
     def preflight_sweep(self, spec: SweepConfig, out_dir, check: Dict) -> Optional[Dict]:
         """A sweep's ``--preflight``: the nodes it may use checked first and those flagged

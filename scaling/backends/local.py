@@ -30,13 +30,6 @@ SCHEDULER = "use --backend slurm"
 class Local(Backend):
     name = "local"
     help = "local: run here, one cell after another"
-    waits = True
-
-    def __init__(self, flags: Optional[Dict] = None):
-        super().__init__(flags)
-        if self.flags.get("allocation") == "one":
-            raise ScalingError("--one-allocation runs the sweep inside one Slurm job: add "
-                               "--backend slurm")
 
     def check_data(self, data: str) -> None:
         check_data_dir(data)

@@ -28,7 +28,7 @@ from scaling import hardware
 from scaling.atomic import write_json_atomically
 from scaling.backends.base import Backend, register_backend
 from scaling.cell import Cell
-from scaling.errors import InfrastructureError, ScalingError
+from scaling.errors import InfrastructureError
 from scaling.execute.fingerprint import FINGERPRINTS_DIR
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.run import make_record, provenance, run_cell
@@ -57,13 +57,9 @@ class Ray(Backend):
     name = "ray"
     help = ("ray: run each cell's ranks in a Ray placement group, one bundle per node, on the "
             "cluster at --address (default: RAY_ADDRESS, else the one Ray finds)")
-    waits = True
 
     def __init__(self, flags: Optional[Dict] = None):
         super().__init__(flags)
-        if self.flags.get("allocation") == "one":
-            raise ScalingError("--one-allocation runs the sweep inside one Slurm job: add "
-                               "--backend slurm")
         self.address = self.flags.get("address") or os.environ.get("RAY_ADDRESS") or "auto"
         self.ray = None
 
@@ -109,14 +105,6 @@ class Ray(Backend):
                       f"recorded, output in {out_dir}, on the Ray cluster at {self.address}")
         run_cells(todo, out_dir, interpreters(spec), watch=watch, run=self.run_and_record)
         return cells, True
-
-    def maxbatch(self, search, fields, out_dir, wait) -> Optional[List[str]]:
-        raise ScalingError("a max-batch search runs its trials here or as one Slurm job: use "
-                           "--backend local or --backend slurm")
-
-    def preflight(self, check, out_dir, nodes, nodelist, wait) -> Optional[Dict]:
-        raise ScalingError("preflight checks this node (--backend local) or a Slurm partition's "
-                           "nodes (--backend slurm)")
 
     def run_and_record(self, cell: Cell, out_dir, python: Optional[str] = None,
                        placement=None, watch: WatchSettings = WatchSettings(),

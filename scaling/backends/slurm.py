@@ -35,7 +35,7 @@ class Slurm(Backend):
     name = "slurm"
     help = ("slurm: submit job arrays, one task per cell, and return (see --wait, scaling "
             "status)")
-    waits = False
+    one_allocation = True
 
     def section(self, spec_section: Optional[SlurmSection] = None) -> SlurmSection:
         """The sweep's ``slurm:`` section with the command line's flags (those given) on top."""

@@ -285,12 +285,5 @@ def cancel(out_dir, grace_s: float = 60.0) -> Dict[str, Dict]:
     return poll(out_dir)
 
 
-def counts(states: Dict[str, Dict]) -> Dict[str, int]:
-    found: Dict[str, int] = {}
-    for state in states.values():
-        found[state["state"]] = found.get(state["state"], 0) + 1
-    return found
-
-
 def finished(states: Dict[str, Dict]) -> int:
     return sum(state["state"] not in UNFINISHED for state in states.values())
