@@ -194,13 +194,21 @@ def test_a_cell_is_recorded_and_a_failed_cell_says_why(backend, tmp_path):
     assert record["error"] == "rank 0: RuntimeError: injected fault at rank 0, step 1"
 
 
-@pytest.mark.slow
-def test_a_sweep_cancelled_part_way_then_resumed_has_each_cell_once(backend, tmp_path):
+def cut_short(backend, tmp_path, moment, what: str, cut):
+    """Two cells started, ``cut(out, started)`` once ``moment(out)`` holds, and waited for
+    until none of their processes is left; the sweep file and the folder."""
     config, out = two_cells(tmp_path / "sweep.yaml"), tmp_path / "out"
     started = backend.sweep(config, out, wait=False)
-    wait_until(lambda: backend.running(out), "a cell running")
-    backend.cancel(out, started)
-    wait_until(lambda: not backend.processes(out), "the cancelled cells' processes gone")
+    wait_until(lambda: moment(out), what)
+    cut(out, started)
+    wait_until(lambda: not backend.processes(out), "no cell's processes left")
+    return config, out
+
+
+@pytest.mark.slow
+def test_a_sweep_cancelled_part_way_then_resumed_has_each_cell_once(backend, tmp_path):
+    config, out = cut_short(backend, tmp_path, backend.running, "a cell running",
+                            backend.cancel)
     cancelled = Counter(record["cell"] for record in read_records(out)) \
         if (out / "results.jsonl").exists() else Counter()
     assert set(cancelled.values()) <= {1}
@@ -214,11 +222,8 @@ def test_a_sweep_cancelled_part_way_then_resumed_has_each_cell_once(backend, tmp
 
 @pytest.mark.slow
 def test_an_outage_part_way_loses_and_invents_nothing(backend, tmp_path):
-    config, out = two_cells(tmp_path / "sweep.yaml"), tmp_path / "out"
-    started = backend.sweep(config, out, wait=False)
-    wait_until(lambda: backend.outage_due(out), "the outage's moment")
-    backend.outage(out, started)
-    wait_until(lambda: not backend.processes(out), "no cell's processes left")
+    config, out = cut_short(backend, tmp_path, backend.outage_due, "the outage's moment",
+                            backend.outage)
     refused = backend.sweep(config, out)
     assert refused.returncode == 2 and "pass --resume" in refused.stderr, refused.stderr
     resumed = backend.sweep(config, out, "--resume")

@@ -92,7 +92,7 @@ def test_a_slowed_node_is_a_change_once_confirmed_and_a_busy_neighbour_is_not(tm
     page = tmp_path / "history.html"
     drawn = scaling_cli("history", history, "--html", page)
     assert drawn.returncode == 0, drawn.stderr
-    assert page.read_text().count("<img") == 1  # one curve, with both nodes' lines
+    assert page.read_text().count("<svg") == 1  # one curve, with both nodes' lines
 
 
 def test_a_missing_history_and_a_run_without_records_are_one_line_errors(tmp_path):

@@ -3,10 +3,6 @@ later run confirmed) and ``scaling history add FILE DIR...`` (runs added to it).
 
 from __future__ import annotations
 
-import base64
-import html
-import io
-from collections import defaultdict
 from pathlib import Path
 
 import click
@@ -19,9 +15,6 @@ SHOWN_SERIES = 20
 """The most series the terminal shows (those with a change or a pending one first)."""
 SHOWN_POINTS = 6
 """The latest points of each series the terminal shows; --json and --html have them all."""
-PLOTTED_CURVES = 50
-"""The most curves the HTML page draws (those with a change first)."""
-MARK = {"change": "changed", "unconfirmed": "unconfirmed", "not confirmed": "one-off"}
 
 
 class DefaultToShow(click.Group):
@@ -68,19 +61,17 @@ def show_command(path, min_change, json_path, html_path):
     """Each curve's trend: images/sec and efficiency with their intervals, by date, node,
     framework version and driver, with the changes found. Exits 0."""
     trends = history.trends(history.read_points(path), min_change)
-    for key in sorted(trends, key=lambda k: (not pending(trends[k]), k))[:SHOWN_SERIES]:
+    for key in sorted(trends, key=lambda k: (not history.pending(trends[k]), k))[:SHOWN_SERIES]:
         console.print(series_table(key, trends[key]))
     if json_path:
         Path(json_path).write_text(history.to_json(trends))
         console.print(f"wrote {json_path}")
+    summary = summary_line(trends)
     if html_path:
-        Path(html_path).write_text(trend_page(trends, path))
-        console.print(f"wrote {html_path}")
-    console.print(summary_line(trends))
+        from scaling.report.history_page import write_history_page
 
-
-def pending(points) -> bool:
-    return any(point["verdict"] in ("change", "unconfirmed") for point in points)
+        console.print(f"wrote {write_history_page(trends, summary, path, html_path)}")
+    console.print(summary)
 
 
 def series_table(key, points) -> Table:
@@ -124,50 +115,3 @@ def summary_line(trends) -> str:
         text += (f"\n{curve}, {devices} device(s) on {node}: {change['ratio'] - 1:+.0%} from "
                  f"{change['started_at'][:16]}")
     return text
-
-
-def trend_page(trends, path) -> str:
-    """One self-contained page: a trend plot per curve, each series a line of images/sec
-    with its intervals, confirmed changes circled and unconfirmed ones marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    curves = defaultdict(dict)
-    for key, points in trends.items():
-        curves[key[0]][key[1:]] = points
-    order = sorted(curves, key=lambda c: (not any(pending(p) for p in curves[c].values()), c))
-    images = []
-    for curve in order[:PLOTTED_CURVES]:
-        figure_, axes = pyplot.subplots(figsize=(8, 3.5))
-        for (devices, node), points in sorted(curves[curve].items()):
-            ok = [p for p in points if p["images_per_sec"] is not None]
-            dates = [p["started_at"][:16] for p in ok]
-            values = [p["images_per_sec"] for p in ok]
-            errors = [[v - (p["low"] or v) for v, p in zip(values, ok)],
-                      [(p["high"] or v) - v for v, p in zip(values, ok)]]
-            axes.errorbar(dates, values, yerr=errors, marker="o", capsize=3,
-                          label=f"{devices} device(s), {node}")
-            for date, value, point in zip(dates, values, ok):
-                if point["verdict"] in MARK:
-                    axes.annotate(MARK[point["verdict"]], (date, value), color="red",
-                                  textcoords="offset points", xytext=(0, 8), ha="center")
-        axes.set_title(curve, fontsize=9)
-        axes.set_ylabel("images/sec")
-        axes.legend(fontsize=7)
-        axes.tick_params(axis="x", labelrotation=30, labelsize=7)
-        buffer = io.BytesIO()
-        figure_.tight_layout()
-        figure_.savefig(buffer, format="png", dpi=80)
-        pyplot.close(figure_)
-        images.append((curve, base64.b64encode(buffer.getvalue()).decode()))
-    body = "".join(f"<h2>{html.escape(curve)}</h2><img alt='{html.escape(curve)}' "
-                   f"src='data:image/png;base64,{data}'>" for curve, data in images)
-    left = len(order) - len(images)
-    more = f"<p>{left} more curves: scaling history {html.escape(str(path))} --json</p>" \
-        if left > 0 else ""
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>History: "
-            f"{html.escape(str(path))}</title></head><body><h1>History: "
-            f"{html.escape(str(path))}</h1><pre>{html.escape(summary_line(trends))}</pre>"
-            f"{body}{more}</body></html>")

@@ -203,6 +203,11 @@ def trends(points: List[Dict], min_change: float = MIN_CHANGE) -> Dict[tuple, Li
             for key, found in sorted(series.items())}
 
 
+def pending(points: List[Dict]) -> bool:
+    """Whether a judged series holds a change, or one the next run will tell."""
+    return any(point["verdict"] in ("change", "unconfirmed") for point in points)
+
+
 def changes(judged_trends: Dict[tuple, List[Dict]]) -> List[Dict]:
     """The confirmed changes, each with its series."""
     return [{**point, "series": key} for key, points in judged_trends.items()
