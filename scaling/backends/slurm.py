@@ -16,7 +16,7 @@ from scaling.backends.base import Backend, register_backend
 from scaling.cell import Cell
 from scaling.maxbatch.table import print_max_batches
 from scaling.report.terminal import console
-from scaling.errors import ScalingError
+from scaling.errors import InfrastructureError, ScalingError
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.runner import progress_bar
 from scaling.execute.store import ResultStore
@@ -53,17 +53,18 @@ class Slurm(Backend):
         return controller.node_cpus(self.section(section).partition)
 
     def run(self, cell, out_dir, pythons, watch, placement, wait) -> Optional[Dict]:
-        submit([cell], out_dir, self.section(), "run", pythons, watch)
         if not wait:
+            submit([cell], out_dir, self.section(), "run", pythons, watch)
             return None
-        wait_for(out_dir, [cell.cell_id])
-        return ResultStore(out_dir).done()[cell.cell_id]
+        record = self.one_job(cell, out_dir, self.section(), "run", pythons, watch)
+        if record is None:
+            raise InfrastructureError(f"Slurm never ran cell {cell.cell_id}: scaling status "
+                                      f"{out_dir} says why")
+        return record
 
     def run_trial(self, cell, out_dir) -> Optional[Dict]:
         """The trial as a one-task job, waited for; None where Slurm never ran it."""
-        submit([cell], out_dir, self.section(), "run", {}, WatchSettings())
-        wait_for(out_dir, [cell.cell_id])
-        return ResultStore(out_dir).done().get(cell.cell_id)
+        return self.one_job(cell, out_dir, self.section(), "run", {}, WatchSettings())
 
     def run_on(self, cell, out_dir, node) -> Optional[Dict]:
         """A one-task job kept off every other node of the partition, waited for (``node``:
@@ -71,9 +72,14 @@ class Slurm(Backend):
         section = self.section()
         others = [name for name in controller.node_names(section.partition)
                   if name not in node.split(",")]
-        submit([cell], out_dir, dataclasses.replace(section, exclude=[*section.exclude,
-                                                                      *others]),
-               "confirm", {}, WatchSettings())
+        return self.one_job(cell, out_dir, dataclasses.replace(
+            section, exclude=[*section.exclude, *others]), "confirm", {}, WatchSettings())
+
+    def one_job(self, cell, out_dir, section: SlurmSection, label: str,
+                pythons: Dict[str, str], watch) -> Optional[Dict]:
+        """``cell`` as a one-task job array, waited for: its record, or None where Slurm never
+        ran it."""
+        submit([cell], out_dir, section, label, pythons, watch)
         wait_for(out_dir, [cell.cell_id])
         return ResultStore(out_dir).done().get(cell.cell_id)
 
