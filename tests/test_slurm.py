@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import check_images_per_sec, processes_mentioning, read_records, write_sweep
+from conftest import (check_images_per_sec, cell_logs, processes_mentioning, read_records,
+                      write_sweep)
 from slurmcluster import SlurmCluster, missing_binaries, wait_until
 
 from scaling.cli import cli
@@ -67,15 +68,6 @@ def scaling_ok(cluster, *args, exit_code=0, **kwargs) -> subprocess.CompletedPro
     result = scaling(cluster, *args, **kwargs)
     assert result.returncode == exit_code, result.stdout + result.stderr + cell_logs(args)
     return result
-
-
-def cell_logs(args) -> str:
-    """The last lines of each cell's log under any results folder among ``args``: what a cell
-    that failed in a full test run left to read."""
-    logs = [log for arg in args if isinstance(arg, Path)
-            for log in sorted(arg.glob("cells/*/launcher.log"))]
-    return "".join(f"\n{log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-                   for log in logs)
 
 
 def by_cell(records):
