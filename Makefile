@@ -9,7 +9,7 @@ EXTRAS ?= torch,tensorflow,jax,plot,test,ray
 # MXNet 1.9.1 needs numpy<1.24, so it has its own environment; its workers run there.
 MXNET_VENV ?= .venv-mxnet
 
-.PHONY: quickstart test test-times test-fast env mxnet-env horovod-env browser slurm
+.PHONY: quickstart test test-times test-fast env mxnet-env horovod-env browser slurm ccache
 
 # The quickstart runs PyTorch alone, so it installs only the harness, PyTorch and plotting;
 # `make env` (and `make test`) install the rest.
@@ -83,7 +83,10 @@ $(VENV)/.quickstart: setup.cfg pyproject.toml constraints.txt
 # in .venv-mxnet. Built wheels are kept in a per-user cache outside the checkout
 # ($XDG_CACHE_HOME/scaling/wheels, as pip keeps its own), one folder per framework version, so
 # later runs and other clones install them instead of compiling again (the first build takes about 15 minutes on 2
-# cores). Where a GPU is visible the torch build adds NCCL operations; HOROVOD_CUDA=0 or 1
+# cores). The three builds share their work through ccache, where apt-get can install it: one
+# compiler cache ($(WHEELS)/../ccache) keyed on paths relative to the checkout, so a source that
+# compiles the same way for two frameworks (Horovod's bundled gloo, its common code) compiles
+# once. Where a GPU is visible the torch build adds NCCL operations; HOROVOD_CUDA=0 or 1
 # overrides that.
 HOROVOD_VERSION := 0.28.1
 TF_HOROVOD_VENV ?= .venv-tf215
@@ -96,9 +99,17 @@ HOROVOD_JOBS ?= $(shell nproc)
 # GCC 13 no longer pulls these in through other headers, and some of Horovod's sources rely on it.
 HOROVOD_CXX_INCLUDES := -include cstdint -include string
 HOROVOD_DEPS := cmake wheel setuptools packaging psutil cloudpickle cffi pyyaml
+HOROVOD_CCACHE = $(shell command -v ccache)
+HOROVOD_CCACHE_ENV := CCACHE_DIR=$(abspath $(WHEELS)/../ccache) CCACHE_BASEDIR=$(CURDIR) \
+	CCACHE_NOHASHDIR=true CCACHE_COMPILERCHECK=content
 HOROVOD_TORCH_WHEELS := $(WHEELS)/horovod-torch-$(TORCH_VERSION)$(if $(filter 1,$(HOROVOD_CUDA)),-cuda)
 
 horovod-env: $(VENV)/.horovod $(TF_HOROVOD_VENV)/.horovod $(MXNET_VENV)/.horovod
+
+ccache:
+	@command -v ccache >/dev/null || apt-get install -y -qq ccache >/dev/null 2>&1 || \
+	  (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq ccache >/dev/null 2>&1) || \
+	  echo "ccache not installed: the three Horovod builds compile their shared sources each"
 
 $(HOROVOD_SRC):
 	mkdir -p $(@D)
@@ -120,10 +131,10 @@ define horovod_wheel
 	if ! ls $(3)/horovod-*.whl >/dev/null 2>&1; then \
 	  src=build/horovod/$(notdir $(3)) && rm -rf $$src && mkdir -p $$src && \
 	  tar xzf $(HOROVOD_SRC) -C $$src --strip-components 1 && \
-	  printf '#!/bin/sh\nexec g++ "$$@" $(4) $(HOROVOD_CXX_INCLUDES)\n' > $$src/cxx && \
+	  printf '#!/bin/sh\nexec $(HOROVOD_CCACHE) g++ "$$@" $(4) $(HOROVOD_CXX_INCLUDES)\n' > $$src/cxx && \
 	  chmod +x $$src/cxx && \
 	  $(5) && \
-	  env HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_$(2)=1 \
+	  env $(HOROVOD_CCACHE_ENV) HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_$(2)=1 \
 	    $(foreach other,$(filter-out $(2),PYTORCH TENSORFLOW MXNET),HOROVOD_WITHOUT_$(other)=1) \
 	    CXX=$(CURDIR)/$$src/cxx MAKEFLAGS=-j$(HOROVOD_JOBS) HOROVOD_CMAKE=$(abspath $(1))/bin/cmake \
 	    CMAKE_POLICY_VERSION_MINIMUM=3.5 \
@@ -144,11 +155,11 @@ HOROVOD_TORCH_NCCL := nccl=$$($(BIN)/python -c 'import nvidia.nccl; print(list(n
 	  export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED \
 	    HOROVOD_NCCL_INCLUDE=$$nccl/include HOROVOD_NCCL_LIB=$(CURDIR)/$$src/nccl-lib
 
-$(VENV)/.horovod: $(VENV)/.installed $(HOROVOD_SRC)
+$(VENV)/.horovod: $(VENV)/.installed $(HOROVOD_SRC) | ccache
 	$(call horovod_wheel,$(VENV),PYTORCH,$(HOROVOD_TORCH_WHEELS),-std=gnu++20,$(if $(filter 1,$(HOROVOD_CUDA)),$(HOROVOD_TORCH_NCCL),$(HOROVOD_TORCH_CPU)))
 
-$(TF_HOROVOD_VENV)/.horovod: $(TF_HOROVOD_VENV)/.installed $(HOROVOD_SRC)
+$(TF_HOROVOD_VENV)/.horovod: $(TF_HOROVOD_VENV)/.installed $(HOROVOD_SRC) | ccache
 	$(call horovod_wheel,$(TF_HOROVOD_VENV),TENSORFLOW,$(WHEELS)/horovod-tensorflow-$(TF_HOROVOD_VERSION),-std=c++17,:)
 
-$(MXNET_VENV)/.horovod: $(MXNET_VENV)/.installed $(HOROVOD_SRC)
+$(MXNET_VENV)/.horovod: $(MXNET_VENV)/.installed $(HOROVOD_SRC) | ccache
 	$(call horovod_wheel,$(MXNET_VENV),MXNET,$(WHEELS)/horovod-mxnet-1.9.1,-std=c++17,:)

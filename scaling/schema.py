@@ -293,7 +293,10 @@ RECORD_FIELDS: Dict[str, str] = {
                       "window, each reference that ran (input, profile, allreduce, "
                       "local_steps, communicating_steps), teardown, after, and their total",
     "log": "the launcher's log",
-    "process_token": "token every process of the cell carried",
+    "process_tree": "where the cell ran in a shared process tree (scaling.execute.trees): tree "
+                    "(its id) and position (1 for the cell that started it); null for a cell "
+                    "that started its own processes",
+    "process_token": "token every process of the cell (or of its shared tree) carried",
 }
 """Fields of a line of ``results.jsonl`` and of ``cells/CELL/record.json``."""
 

@@ -147,8 +147,7 @@ class SweepConfig:
     slurm: Optional[SlurmSection] = None
     """Resources of the Slurm jobs under ``--backend slurm``."""
     single_baseline: bool = True
-    """Add each curve's ``single`` baseline cell (false: each curve is measured against its
-    own one-device point, and the report says so)."""
+    """Add each curve's ``single`` baseline (false: its own one-device point, said so)."""
     data: Optional[str] = None
     """An ImageFolder tree of real JPEGs every cell trains on (see ``scaling make-data``)."""
     loader_workers: Union[int, List[int]] = 0
@@ -157,6 +156,8 @@ class SweepConfig:
     """US dollars per hour by device type, device name or ``instance`` (see scaling.report.cost)."""
     references: str = "first"
     """Which repeats of a point time the references after their window (:data:`REFERENCES`)."""
+    share_processes: bool = True
+    """Cells whose launch matches share a process tree (``scaling.execute.trees``)."""
 
     def device_types(self) -> List[str]:
         """The resolved device types: one, or a list (an axis: ``[cpu, gpu]``)."""
@@ -164,8 +165,7 @@ class SweepConfig:
         return list(dict.fromkeys(resolve_device_type(kind) for kind in types))
 
     def thread_counts(self) -> List[Optional[int]]:
-        """CPU threads per device: one value (None: the cores over the largest device count),
-        or a list (an axis)."""
+        """CPU threads per device: one value (None: the default split), or a list (an axis)."""
         if isinstance(self.threads_per_device, list):
             return sorted(set(self.threads_per_device))
         return [self.threads_per_device]

@@ -122,7 +122,8 @@ def test_a_rank_started_by_a_large_parent_does_not_take_its_peak_for_its_own(tmp
 
 
 def test_fault_switch_is_parsed_or_refused():
-    assert parse_fault("crash@1:3") == ("crash", 1, 3)
+    assert parse_fault("crash@1:3") == ("crash", 1, 3, None)
+    assert parse_fault("error@0:2:8") == ("error", 0, 2, 8)
     assert parse_fault(None) is None
     with pytest.raises(ValueError, match="KIND@RANK:STEP"):
         parse_fault("explode@1:3")

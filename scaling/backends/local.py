@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -16,6 +17,7 @@ from scaling.execute.ceiling import describe_ceiling, ensure_cells_ceilings
 from scaling.execute.monitor import WatchSettings
 from scaling.execute.run import run_and_record
 from scaling.execute.runner import pending_cells, run_cells
+from scaling.execute.trees import SharedTrees
 from scaling.launchers import get_launcher
 from scaling.maxbatch.search import find_max_batches
 from scaling.maxbatch.sweep import search_max_batches
@@ -63,7 +65,9 @@ class Local(Backend):
         console.print(f"{spec.name}: {len(cells)} cells, {len(cells) - len(todo)} already "
                       f"recorded, output in {out_dir}")
         measure_ceilings(out_dir, todo, interpreters(spec))
-        run_cells(todo, out_dir, interpreters(spec), watch=watch)
+        with SharedTrees(out_dir) as trees:
+            run_cells(todo, out_dir, interpreters(spec), watch=watch, run=functools.partial(
+                run_and_record, trees=trees if spec.share_processes else None))
         return cells, True
 
     def run_on(self, cell, out_dir, node) -> Optional[Dict]:

@@ -6,6 +6,7 @@ sweep's ``results.jsonl`` index.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import shutil
@@ -26,6 +27,7 @@ from scaling.execute.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings,
                                      window_on_this_host)
 from scaling.execute.processes import run_process_tree, worker_env
 from scaling.execute.store import ResultStore
+from scaling.execute.trees import SharedTrees, shareable
 from scaling.execute.wall import wall_breakdown
 from scaling.frameworks import get_framework, missing_framework
 from scaling.launchers import default_python, get_launcher
@@ -74,7 +76,8 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
              placement: Optional[Placement] = None,
              watch: WatchSettings = WatchSettings(),
              on_busy: Optional[Callable[[float], None]] = None,
-             gather: Optional[Callable[[Path], None]] = None) -> Dict:
+             gather: Optional[Callable[[Path], None]] = None,
+             trees: Optional[SharedTrees] = None) -> Dict:
     """Run this node's part of ``cell`` in a fresh process tree under its timeout and return
     its result record. ``placement`` defaults to every rank on this machine; ``watch`` says
     whether to wait for quiet first and whether to keep telemetry (noise is always watched);
@@ -86,12 +89,14 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     removes what an earlier attempt left, waits for every rank's report and makes the record;
     the other nodes run their ranks and return a record of their part only, marked with
     ``node_rank``, which is not stored. Without a shared folder, ``gather(cell_dir)`` brings the
-    other nodes' rank reports into node 0's, once its own ranks ended.
+    other nodes' rank reports into node 0's, once its own ranks ended. With ``trees``, a cell
+    that may share a process tree runs in its kind's (:mod:`scaling.execute.trees`).
     """
     cell_start = time.time()
     launcher = get_launcher(cell.launcher)
     placement = placement or local_placement(launcher.ranks_per_node(cell))
-    cell_dir = prepare_cell_dir(cell, out_dir, placement)
+    shared = trees is not None and shareable(cell, placement)
+    cell_dir = prepare_cell_dir(cell, out_dir, placement, shared)
     framework = get_framework(cell.framework)
     python = python or default_python(cell.framework, cell.launcher)
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -116,11 +121,19 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     else:
         before_cores = other_cores(BEFORE_CHECK_S)
     monitor = CellMonitor(gpu_indices(cell.device_type, cell.devices), watch.telemetry)
-    tree_start = time.time()
+    tree_start, process_tree = time.time(), None
     try:
-        returncode, timed_out, wall_s = run_process_tree(
-            argv, env, token, str(cell_dir / log), cell.timeout_s, on_start=monitor.start,
-        )
+        if shared:
+            returncode, timed_out, wall_s, process_tree = trees.run(
+                tree_key(cell, placement, python, env),
+                lambda folder: launcher.command(cell, placement, folder, python), env,
+                launcher.processes(cell), cell_dir, cell_dir / log, cell.timeout_s,
+                monitor.start)
+            token = process_tree.pop("token")
+        else:
+            returncode, timed_out, wall_s = run_process_tree(
+                argv, env, token, str(cell_dir / log), cell.timeout_s, on_start=monitor.start,
+            )
     finally:
         monitor.stop()
     tree_end = time.time()
@@ -145,6 +158,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     first = min(reports, key=lambda r: r["rank"]) if reports else None
     outcome["wall_breakdown"] = wall_breakdown(cell_start, tree_start, tree_end, time.time(),
                                                first)
+    outcome["process_tree"] = process_tree
     return make_record(cell, cell_dir, outcome, reports, started_at, wall_s, token)
 
 
@@ -163,7 +177,15 @@ def worker_spec(cell: Cell) -> Dict:
             "local_devices": cell.devices // get_launcher(cell.launcher).ranks_per_node(cell)}
 
 
-def prepare_cell_dir(cell: Cell, out_dir, placement: Placement) -> Path:
+def tree_key(cell: Cell, placement: Placement, python: str, env: Dict[str, str]) -> tuple:
+    """What cells that share a process tree have in common: their launch, apart from the
+    folder and the rendezvous port."""
+    launch = get_launcher(cell.launcher).command(
+        cell, dataclasses.replace(placement, rendezvous_port=0), "", python)
+    return tuple(launch), tuple(sorted(env.items()))
+
+
+def prepare_cell_dir(cell: Cell, out_dir, placement: Placement, shared: bool = False) -> Path:
     cell_dir = Path(out_dir) / "cells" / cell.cell_id
     if placement.nodes == 1 and cell_dir.exists():
         shutil.rmtree(cell_dir)
@@ -172,7 +194,8 @@ def prepare_cell_dir(cell: Cell, out_dir, placement: Placement) -> Path:
         for stale in [*cell_dir.glob("rank*.json"), cell_dir / "record.json"]:
             stale.unlink(missing_ok=True)
     write_json_atomically(cell_dir / "cell.json", {
-        **worker_spec(cell), "compute_cache": str(Path(out_dir).resolve() / COMPUTE_CACHE)})
+        **worker_spec(cell), "compute_cache": str(Path(out_dir).resolve() / COMPUTE_CACHE),
+        "shared_tree": shared})
     return cell_dir
 
 

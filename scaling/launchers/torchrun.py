@@ -5,6 +5,7 @@ parallel`` passes them to the wrapper and reads back the values in effect)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List
 
 from scaling.launchers.base import Launcher, Number, register_launcher, worker_argv
@@ -34,7 +35,8 @@ class Torchrun(Launcher):
             "--nproc-per-node", str(placement.ranks_per_host),
             "--max-restarts", "0",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", placement.rendezvous,
-            "--rdzv-id", cell.cell_id,
+            # The folder's name: the cell's id on every node, or a shared tree's own.
+            "--rdzv-id", Path(cell_dir).name,
             # Node 0 holds the rendezvous store: said, not guessed from its host name (which
             # need not resolve to the address the others reach it at, as in a Ray or a
             # Kubernetes pod).

@@ -8,6 +8,8 @@ Fault injection: set ``SCALING_FAULT`` to ``KIND@RANK:STEP`` (for example ``cras
 rank RANK injects the fault when it reaches step STEP, counting warm-up steps from 0. KIND is
 ``crash`` (the process kills itself with SIGKILL, as the kernel's OOM killer would), ``hang``
 (the rank stops making progress) or ``error`` (the rank raises an ordinary exception).
+``KIND@RANK:STEP:BATCH`` injects it only in cells of that per-device batch size (one cell of
+a shared process tree, say).
 """
 
 from __future__ import annotations
@@ -103,24 +105,28 @@ def apply_memory_limit(limit_bytes: Optional[int]) -> None:
 
 
 def parse_fault(text: Optional[str]):
-    """``"crash@1:3"`` -> ("crash", 1, 3); None when no fault is set."""
+    """``"crash@1:3"`` -> ("crash", 1, 3, None), ``"crash@1:3:8"`` -> ("crash", 1, 3, 8);
+    None when no fault is set."""
     if not text:
         return None
-    match = re.fullmatch(r"(\w+)@(\d+):(\d+)", text.strip())
+    match = re.fullmatch(r"(\w+)@(\d+):(\d+)(?::(\d+))?", text.strip())
     if not match or match.group(1) not in FAULT_KINDS:
-        raise ValueError(
-            f"bad {FAULT_ENV}={text!r}; expected KIND@RANK:STEP with KIND in {FAULT_KINDS}"
-        )
-    return match.group(1), int(match.group(2)), int(match.group(3))
+        raise ValueError(f"bad {FAULT_ENV}={text!r}; expected KIND@RANK:STEP[:BATCH] with KIND "
+                         f"in {FAULT_KINDS}")
+    batch = match.group(4)
+    return (match.group(1), int(match.group(2)), int(match.group(3)),
+            None if batch is None else int(batch))
 
 
 class FaultInjector:
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, batch_size: int):
         self.fault = parse_fault(os.environ.get(FAULT_ENV))
+        if self.fault and self.fault[3] not in (None, batch_size):
+            self.fault = None
         self.rank = rank
 
     def at_step(self, step: int) -> None:
-        if self.fault is None or self.fault[1:] != (self.rank, step):
+        if self.fault is None or self.fault[1:3] != (self.rank, step):
             return
         kind = self.fault[0]
         if kind == "crash":
@@ -191,9 +197,23 @@ def _proc_status_bytes(field: str) -> int:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak RSS (VmHWM). Not ``ru_maxrss``: Linux keeps that across exec, so a
-    worker started by a large parent would report the parent's peak as its own."""
+    """This process's peak RSS (VmHWM) since its start or the last :func:`reset_peak_rss`.
+    Not ``ru_maxrss``: Linux keeps that across exec, so a worker started by a large parent
+    would report the parent's peak as its own."""
     return _proc_status_bytes("VmHWM")
+
+
+_PEAK_RESET = []
+"""Non-empty once :func:`reset_peak_rss` ran: VmPeak, which nothing resets, no longer belongs to
+the cell that runs now."""
+
+
+def reset_peak_rss() -> None:
+    """Start VmHWM afresh (Linux's ``clear_refs`` 5), for the next cell of a shared process
+    tree."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    _PEAK_RESET.append(True)
 
 
 def cpu_memory_headroom() -> Dict[str, Optional[int]]:
@@ -210,7 +230,9 @@ def cpu_memory_headroom() -> Dict[str, Optional[int]]:
     cap = resource.getrlimit(resource.RLIMIT_DATA)[0]
     data, rss = _proc_status_bytes("VmData"), _proc_status_bytes("VmRSS")
     not_data = _proc_status_bytes("VmSize") - data
-    data_peak = max(peak_rss_bytes() + data - rss, _proc_status_bytes("VmPeak") - not_data)
+    data_peak = peak_rss_bytes() + data - rss
+    if not _PEAK_RESET:  # after a reset, VmPeak may be an earlier cell's
+        data_peak = max(data_peak, _proc_status_bytes("VmPeak") - not_data)
     return {"capped_memory_peak_bytes": data_peak,
             "memory_capacity_bytes": None if cap == resource.RLIM_INFINITY else cap}
 
@@ -292,3 +314,28 @@ def reporting(cell_dir: str, rank: int):
         os._exit(1)  # skip interpreter teardown, which can block in the framework's collectives
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     write_report(cell_dir, rank, report)
+
+
+def watch_for_signals(cell_now: Callable[[], Optional[str]], rank: int) -> None:
+    """Fork: the child goes on as the rank; this process waits for it and, if a signal killed
+    it before it reported (SIGKILL from the kernel's OOM killer, SIGSEGV), writes its report
+    in the cell it was running (``cell_now()``): ``crashed``, naming the signal. The parent
+    then dies the same way, so the launcher sees what it would have seen. Signals that stop the
+    rank are passed on to the child."""
+    child = os.fork()
+    if child == 0:
+        die_with_parent()
+        return
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda received, frame: os.kill(child, received))
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):
+        signum, cell_dir = os.WTERMSIG(status), cell_now()
+        if cell_dir and not os.path.exists(report_path(cell_dir, rank)):
+            write_report(cell_dir, rank, {
+                "rank": rank, "pid": child, "host": socket.gethostname(), "status": "crashed",
+                "error": f"killed by {signal.Signals(signum).name}", "failed_at": time.time(),
+            })
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)

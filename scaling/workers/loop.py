@@ -33,15 +33,15 @@ A framework supplies a *session* built for one process of a cell:
   after the last step (aggregated in ``forward_backward``, so equal on every replica).
 
 Everything else is here, written once: warm-up, the window between two barriers, step times,
-fault injection, the rank report, and the watch for a rank killed by a signal. Standard library
-only, so that it runs under every framework's interpreter.
+fault injection and the rank report (``scaling.workers.common`` watches for a rank killed by a
+signal, ``scaling.workers.tree`` runs several cells in one process). Standard library only, so
+that it runs under every framework's interpreter.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import statistics
 import sys
@@ -49,7 +49,7 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-from scaling.workers import collective_env, common, input_data
+from scaling.workers import collective_env, common, input_data, tree
 from scaling.workers.breakdown import (PROFILE_STEPS, breakdown_of_trace,
                                        with_exposed_communication)
 from scaling.workers.collective import gradient_allreduce, time_sizes
@@ -307,47 +307,36 @@ def profiled_steps(session, cell_dir: str, rank: int) -> Dict:
     return {"step_breakdown": breakdown, "trace": path}
 
 
-def watch_for_signals(cell_dir: str, rank: int) -> None:
-    """Fork: the child goes on as the rank; this process waits for it and, if a signal killed
-    it before it reported (SIGKILL from the kernel's OOM killer, SIGSEGV), writes its report:
-    ``crashed``, naming the signal. The parent then dies the same way, so the launcher sees what
-    it would have seen. Signals that stop the rank are passed on to the child."""
-    child = os.fork()
-    if child == 0:
-        common.die_with_parent()
-        return
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda received, frame: os.kill(child, received))
-    _, status = os.waitpid(child, 0)
-    if os.WIFSIGNALED(status):
-        signum = os.WTERMSIG(status)
-        if not os.path.exists(common.report_path(cell_dir, rank)):
-            common.write_report(cell_dir, rank, {
-                "rank": rank, "pid": child, "host": socket.gethostname(), "status": "crashed",
-                "error": f"killed by {signal.Signals(signum).name}", "failed_at": time.time(),
-            })
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
-
-
 def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True,
                collective: Optional[Callable[[Dict, Dict, int], object]] = None) -> None:
-    """``python -m WORKER CELL_DIR``: build the framework's session and run the timed loop, or
-    for a cell of purpose ``allreduce``, build its collective and time it at the cell's sizes
-    (``scaling.workers.collective``). A ``tune`` trial skips the scaling model's measurements
-    after the window (the gradients' allreduce, the contended compute): it is there for its
-    images/sec, and each second of it comes out of the tune's budget.
+    """``python -m WORKER FOLDER``: run the cell of a cell folder, or each cell that the
+    harness sends a shared tree's folder, in turn (``scaling.workers.tree``), then exit.
 
     ``build(cell, report, rank)`` returns the session, and ``collective(cell, report, rank)``
     the collective; either may add details to ``report``. ``cap_heap``: apply the cell's CPU
     memory cap as RLIMIT_DATA (frameworks that cap their own allocator pass False).
     """
     entered = time.time()
-    cell_dir = sys.argv[1]
+    folder = sys.argv[1]
     rank = common.process_ranks()[0]
     common.die_with_parent()
-    watch_for_signals(cell_dir, rank)
+    if not tree.is_tree(folder):
+        common.watch_for_signals(lambda: folder, rank)
+        run_cell(build, collective, folder, rank, entered, cap_heap)
+        leave()
+    common.watch_for_signals(lambda: tree.current_cell(folder, rank), rank)
+    for cell_dir, began in tree.cells(folder, rank, entered):
+        run_cell(build, collective, cell_dir, rank, began, cap_heap and began == entered)
+    leave()
+
+
+def run_cell(build, collective, cell_dir: str, rank: int, entered: float,
+             cap_heap: bool) -> None:
+    """One cell in this process: build the session and run the timed loop, or for a cell of
+    purpose ``allreduce``, build its collective and time it at the cell's sizes; then write
+    the rank's report. A failure writes it and ends the process (``common.reporting``). A
+    ``tune`` trial times no references (``cell["references"]``): each second of it comes
+    out of the tune's budget."""
     cell = common.load_cell(cell_dir)
     if cap_heap:
         common.apply_memory_limit(cell["memory_limit"])
@@ -362,7 +351,7 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
         if cell.get("data"):
             input_data.check_data_dir(cell["data"])
         session = build(cell, report, rank)
-        faults = common.FaultInjector(rank)
+        faults = common.FaultInjector(rank, cell["batch_size"])
         marks = report["marks"] = {"entered": entered, "first_step": time.time()}
         report.update(timed_window(session, cell, faults))
         if cell.get("data") and cell["references"]:
@@ -379,14 +368,13 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
             report.update(contended_compute(session, cell, marks))
         common.stop_horovod_timeline()
         report.update(session.finish())
-    leave()
 
 
 def leave() -> None:
-    """After this rank's report: exit at once. ``session.finish()`` has already taken the
-    framework's collectives down in order (the process group, Horovod, ``jax.distributed``),
-    so what the interpreter's own teardown would do (a second or more for torch and TensorFlow,
-    on the cell's wall time) is to free what the process is about to lose anyway."""
+    """After this rank's last report: exit at once. ``session.finish()`` took the framework's
+    collectives down in order (in a shared tree, every rank leaves as the harness closes it),
+    so the interpreter's own teardown (a second or more for torch and TensorFlow) would only
+    free what the process is about to lose anyway."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -8,10 +8,14 @@ from scaling.workers import common
 
 def claim(torch, cell: dict, local_rank: int):
     """Give torch the cell's threads per device, and return this process's device: the GPU of
-    its local rank, made the current one, or the CPU."""
+    its local rank, made the current one, or the CPU. In a shared tree, the GPU's cached blocks
+    of the last cell go back and its peak starts afresh."""
     torch.set_num_threads(cell["threads_per_device"])
     if cell["device_type"] == "gpu":
         torch.cuda.set_device(local_rank)
+        if cell.get("shared_tree"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
 

@@ -34,6 +34,9 @@ class NoParallel:
     def __init__(self, is_gpu: bool, options: Optional[Dict] = None):
         pass
 
+    def configure(self, options: Optional[Dict]) -> None:
+        """No options."""
+
     def wrap(self, model, optimizer, device_ids):
         return model, optimizer
 
@@ -60,17 +63,22 @@ class DdpParallel:
 
     def __init__(self, is_gpu: bool, options: Optional[Dict] = None):
         import torch.distributed as dist
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         self.dist = dist
         self.versions = {}
+        self.configure(options)
+        dist.init_process_group(backend="nccl" if is_gpu else "gloo")
+
+    def configure(self, options: Optional[Dict]) -> None:
+        """Take a cell's options (the next cell's, in a shared tree)."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
         self.options = options or {}
         self.bucket_times: Optional[List[Tuple[float, float]]] = None
         self.hook = {"none": default_hooks.allreduce_hook,
                      "fp16": default_hooks.fp16_compress_hook,
                      "bf16": default_hooks.bf16_compress_hook}[self.options.get("comm_hook",
                                                                                 "none")]
-        dist.init_process_group(backend="nccl" if is_gpu else "gloo")
 
     def wrap(self, model, optimizer, device_ids):
         """DistributedDataParallel with the cell's knobs; DDP's defaults for those it leaves
@@ -200,6 +208,22 @@ class HorovodParallel:
 
 
 PARALLEL = {"none": NoParallel, "ddp": DdpParallel, "horovod": HorovodParallel}
+SHARED = ("none", "ddp")
+"""The mechanisms whose process may run several cells (``scaling.workers.tree``): one set up
+by the first cell serves the next ones, with their own options."""
+_KEPT: Dict[str, object] = {}
+
+
+def mechanism(cell: Dict, is_gpu: bool):
+    """The cell's data-parallel mechanism: a new one, or in a shared tree the process's own,
+    set up by its first cell and kept for the others (``finish`` leaves it up)."""
+    kind, options = cell["data_parallel"], cell["options"]
+    if not cell.get("shared_tree"):
+        return PARALLEL[kind](is_gpu, options)
+    if kind not in _KEPT:
+        _KEPT[kind] = PARALLEL[kind](is_gpu, options)
+    _KEPT[kind].configure(options)
+    return _KEPT[kind]
 
 
 def reduce_bucket(parallel: DdpParallel, bucket):

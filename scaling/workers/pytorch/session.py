@@ -7,11 +7,11 @@ from scaling.workers import common
 from scaling.workers.compute import compute_report
 from scaling.workers.pytorch import device as torch_device
 from scaling.workers.pytorch import input as torch_input
+from scaling.workers.pytorch import parallel
 from scaling.workers.pytorch.collective import TorchCollective
 from scaling.workers.pytorch.flops import flops_per_image
 from scaling.workers.pytorch.hooks import TorchHooks
 from scaling.workers.pytorch.model import amp_dtype, build_model
-from scaling.workers.pytorch.parallel import PARALLEL
 
 
 class TorchSession(TorchHooks):
@@ -38,7 +38,7 @@ class TorchSession(TorchHooks):
                       world_size=world_size,
                       amp_dtype=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype
                       else None)
-        self.parallel = PARALLEL[cell["data_parallel"]](self.is_gpu, options)
+        self.parallel = parallel.mechanism(cell, self.is_gpu)
         report["versions"].update(self.parallel.versions)
         workload = get_workload(cell["workload"])
         self.model, self.optimizer, self.loss_fn, report["params"] = build_model(
@@ -123,7 +123,8 @@ class TorchSession(TorchHooks):
             # After backward, DDP and Horovod leave the aggregated gradients in .grad.
             report["gradient_sums"] = [sum(p.grad.double().sum().item()
                                            for p in self.model.parameters() if p.grad is not None)]
-        self.parallel.finish()
+        if not self.cell.get("shared_tree"):
+            self.parallel.finish()
         return report
 
 

@@ -1,0 +1,179 @@
+"""Shared process trees: cells that would start the same processes run one after another in
+one launch, which saves each later cell the interpreter's start, the imports, the launcher's
+agent and the rendezvous (``scaling.workers.tree`` is the ranks' side).
+
+Cells share a tree when their launch is the same apart from the folder and the rendezvous port:
+the same interpreter, launcher command and environment (framework, launcher, devices, threads,
+options' variables). Only where the framework's worker can keep its processes for several
+cells (:data:`SHARED`, by data-parallel mechanism), for sweep cells on one node without a memory
+cap: VmPeak, which a cap's figures rest on, cannot start afresh in a process.
+
+The cells' order does not change. A sweep keeps one tree per kind of cell and sends each cell
+to its kind's tree when its turn comes; the other trees wait, blocked on their FIFOs, using no
+CPU. A cell is done when every rank reported. A failed cell (an error, an OOM, a crash) ends
+its tree, and a cell past its timeout has its tree killed: the cell is recorded from its
+reports as a cell alone would be, and its kind's next cell starts a new tree. The trees end
+with the sweep, on Ctrl-C, or when the harness dies (each rank reads the end of its FIFO).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+from scaling.cell import Cell
+from scaling.execute.processes import TOKEN_ENV, kill_cell_processes
+from scaling.placement import Placement
+from scaling.workers.common import die_with_parent
+from scaling.workers.tree import TREE_FILE, fifo_path
+
+SHARED = {"torch": ("none", "ddp")}
+"""Framework -> the data-parallel mechanisms whose processes run several cells."""
+MAX_TREES = 4
+"""Trees kept waiting at most; the one used least recently ends first."""
+POLL_S = 0.05
+"""How often the harness looks for a cell's reports."""
+CLOSE_S = 10.0
+"""How long a closed tree is given to exit before it is killed."""
+
+
+def shareable(cell: Cell, placement: Placement) -> bool:
+    """Whether ``cell`` may run in a shared tree (module doc)."""
+    return (cell.data_parallel in SHARED.get(cell.framework, ()) and cell.purpose == "sweep"
+            and placement.nodes == 1 and cell.memory_limit is None)
+
+
+@dataclasses.dataclass
+class Tree:
+    """One launch that runs cells in turn; its ranks read their cells from FIFOs in
+    ``folder``."""
+
+    folder: Path
+    process: subprocess.Popen
+    token: str
+    log_path: Path
+    fifos: List[int]
+    cells: int = 0
+
+    def send(self, line: str) -> None:
+        for fd in self.fifos:
+            os.write(fd, (line + "\n").encode())
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def end(self, grace_s: float = CLOSE_S) -> Optional[int]:
+        """Close the FIFOs (each rank reads their end and exits), give the tree ``grace_s``,
+        and kill what is left; the launcher's exit code."""
+        for fd in self.fifos:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fifos = []
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=grace_s)
+        kill_cell_processes(self.token)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        return self.process.wait()
+
+    def close(self) -> None:
+        """End the tree and remove its folder."""
+        self.end()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class SharedTrees:
+    """The trees of one sweep, by kind of cell: ``with SharedTrees(out_dir) as trees``."""
+
+    def __init__(self, out_dir):
+        self.root = Path(out_dir) / "trees"
+        self.trees: Dict[Tuple, Tree] = {}
+
+    def __enter__(self) -> "SharedTrees":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for tree in self.trees.values():
+            tree.close()
+        self.trees.clear()
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
+
+    def run(self, key: Tuple, command: Callable[[str], List[str]], env: Dict[str, str],
+            ranks: int, cell_dir: Path, log_path: Path, timeout_s: float,
+            on_start: Callable[[int], None]) -> Tuple[Optional[int], bool, float, Dict]:
+        """Run the cell of ``cell_dir`` in its kind's tree (``key``), started with
+        ``command(folder)`` where there is none: (exit code, timed out, seconds) as
+        :func:`scaling.execute.processes.run_process_tree` gives them, and the tree (its id,
+        the cell's position in it, and its processes' ``token``)."""
+        started = time.monotonic()
+        tree = self.trees.pop(key, None)
+        if tree is not None and not tree.alive():
+            tree.close()
+            tree = None
+        if tree is None:
+            tree = self.start(command, env, ranks)
+        self.trees[key] = tree
+        self.evict()
+        on_start(tree.process.pid)
+        offset = tree.log_path.stat().st_size
+        tree.cells += 1
+        tree.send(str(cell_dir))
+        returncode, timed_out = self.wait(tree, cell_dir, ranks, started + timeout_s)
+        with open(tree.log_path, "rb") as log, open(log_path, "ab") as own:
+            log.seek(offset)
+            own.write(log.read())
+        if not tree.fifos:  # it ended
+            del self.trees[key]
+            tree.close()
+        return returncode, timed_out, time.monotonic() - started, {
+            "tree": tree.token[:12], "position": tree.cells, "token": tree.token}
+
+    def start(self, command: Callable[[str], List[str]], env: Dict[str, str],
+              ranks: int) -> Tree:
+        token = uuid.uuid4().hex
+        folder = self.root / token[:12]
+        folder.mkdir(parents=True)
+        (folder / TREE_FILE).write_text(json.dumps({"ranks": ranks}))
+        fifos = []
+        for rank in range(ranks):
+            os.mkfifo(fifo_path(str(folder), rank))
+            fifos.append(os.open(fifo_path(str(folder), rank), os.O_RDWR))
+        log_path = folder / "launcher.log"
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                command(str(folder)), env={**env, TOKEN_ENV: token}, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=die_with_parent)
+        return Tree(folder, process, token, log_path, fifos)
+
+    def wait(self, tree: Tree, cell_dir: Path, ranks: int, deadline: float
+             ) -> Tuple[Optional[int], bool]:
+        """Until every rank reported ok (the tree goes on: (0, False)), the tree ended or a
+        rank failed (the tree ends: its exit code), or ``deadline`` passed (the tree is
+        killed: (None, True))."""
+        while True:
+            reports = [json.loads(path.read_text()) for path in cell_dir.glob("rank*.json")]
+            if any(report["status"] != "ok" for report in reports) or not tree.alive():
+                return tree.end(grace_s=max(0.0, deadline - time.monotonic())), False
+            if len(reports) == ranks:
+                return 0, False
+            if time.monotonic() > deadline:
+                tree.end(grace_s=0.0)
+                return None, True
+            time.sleep(POLL_S)
+
+    def evict(self) -> None:
+        """End the trees used least recently beyond :data:`MAX_TREES`."""
+        while len(self.trees) > MAX_TREES:
+            oldest = next(iter(self.trees))
+            self.trees.pop(oldest).close()
