@@ -72,7 +72,8 @@ def one_sweep(name: str, scratch: Path) -> dict:
         "per_cell": [{"framework": r["framework"], "launcher": r["launcher"],
                       "workload": r["workload"], "devices": r["total_devices"],
                       "repeat": r["repeat"], "references": r.get("references"),
-                      "noisy": r.get("noisy"), "wall_breakdown": r.get("wall_breakdown")}
+                      "noisy": r.get("noisy"), "process_tree": r.get("process_tree"),
+                      "wall_breakdown": r.get("wall_breakdown")}
                      for r in records],
     }
 

@@ -10,10 +10,11 @@ cap: VmPeak, which a cap's figures rest on, cannot start afresh in a process.
 
 The cells' order does not change. A sweep keeps one tree per kind of cell and sends each cell
 to its kind's tree when its turn comes; the other trees wait, blocked on their FIFOs, using no
-CPU. A cell is done when every rank reported. A failed cell (an error, an OOM, a crash) ends
-its tree, and a cell past its timeout has its tree killed: the cell is recorded from its
-reports as a cell alone would be, and its kind's next cell starts a new tree. The trees end
-with the sweep, on Ctrl-C, or when the harness dies (each rank reads the end of its FIFO).
+CPU. A cell is done when every rank reported and is ready for the next (nothing of it runs
+beside the next cell). A failed cell (an error, an OOM, a crash) ends its tree, and a cell past
+its timeout has its tree killed: the cell is recorded from its reports as a cell alone would
+be, and its kind's next cell starts a new tree. The trees end with the sweep, on Ctrl-C, or
+when the harness dies (each rank reads the end of its FIFO).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from scaling.cell import Cell
 from scaling.execute.processes import TOKEN_ENV, kill_cell_processes
 from scaling.placement import Placement
 from scaling.workers.common import die_with_parent
-from scaling.workers.tree import TREE_FILE, fifo_path
+from scaling.workers.tree import TREE_FILE, fifo_path, idle_path
 
 SHARED = {"torch": ("none", "ddp")}
 """Framework -> the data-parallel mechanisms whose processes run several cells."""
@@ -85,9 +86,9 @@ class Tree:
             os.killpg(self.process.pid, signal.SIGKILL)
         return self.process.wait()
 
-    def close(self) -> None:
+    def close(self, grace_s: float = CLOSE_S) -> None:
         """End the tree and remove its folder."""
-        self.end()
+        self.end(grace_s)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -101,9 +102,11 @@ class SharedTrees:
     def __enter__(self) -> "SharedTrees":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, error, traceback) -> None:
+        """End every tree: given :data:`CLOSE_S` to leave after the sweep, at once after
+        Ctrl-C or an error."""
         for tree in self.trees.values():
-            tree.close()
+            tree.close(grace_s=CLOSE_S if kind is None else 0.0)
         self.trees.clear()
         with contextlib.suppress(OSError):
             self.root.rmdir()
@@ -158,14 +161,14 @@ class SharedTrees:
 
     def wait(self, tree: Tree, cell_dir: Path, ranks: int, deadline: float
              ) -> Tuple[Optional[int], bool]:
-        """Until every rank reported ok (the tree goes on: (0, False)), the tree ended or a
-        rank failed (the tree ends: its exit code), or ``deadline`` passed (the tree is
-        killed: (None, True))."""
+        """Until every rank reported ok and is ready for the next cell (the tree goes on:
+        (0, False)), the tree ended or a rank failed (the tree ends: its exit code), or
+        ``deadline`` passed (the tree is killed: (None, True))."""
         while True:
             reports = [json.loads(path.read_text()) for path in cell_dir.glob("rank*.json")]
             if any(report["status"] != "ok" for report in reports) or not tree.alive():
                 return tree.end(grace_s=max(0.0, deadline - time.monotonic())), False
-            if len(reports) == ranks:
+            if len(reports) == ranks and all(idle(tree, rank) for rank in range(ranks)):
                 return 0, False
             if time.monotonic() > deadline:
                 tree.end(grace_s=0.0)
@@ -177,3 +180,11 @@ class SharedTrees:
         while len(self.trees) > MAX_TREES:
             oldest = next(iter(self.trees))
             self.trees.pop(oldest).close()
+
+
+def idle(tree: Tree, rank: int) -> bool:
+    """Whether ``rank`` of ``tree`` ran its cells so far and waits for the next."""
+    try:
+        return json.loads(Path(idle_path(str(tree.folder), rank)).read_text()) == tree.cells
+    except (FileNotFoundError, ValueError):
+        return False

@@ -19,6 +19,7 @@ import os
 import time
 from typing import Iterator, Optional, Tuple
 
+from scaling.atomic import write_json_atomically
 from scaling.workers import common
 
 TREE_FILE = "tree.json"
@@ -37,19 +38,25 @@ def current_path(tree_dir: str, rank: int) -> str:
     return os.path.join(tree_dir, f"rank{rank}.cell")
 
 
+def idle_path(tree_dir: str, rank: int) -> str:
+    return os.path.join(tree_dir, f"rank{rank}.idle")
+
+
 def cells(tree_dir: str, rank: int, entered: float) -> Iterator[Tuple[str, float]]:
     """The cell folders this rank runs, in order, each with when it began: the process's
-    start (``entered``) for the first, the arrival of its line for the others."""
+    start (``entered``) for the first, the arrival of its line for the others. After each
+    cell, once the rank is ready for the next, it notes how many cells it ran
+    (``rank{N}.idle``): the harness starts nothing while the last cell's ranks still work."""
     with open(fifo_path(tree_dir, rank)) as fifo:
-        for line in fifo:
+        for done, line in enumerate(fifo):
             cell_dir = line.strip()
             if not cell_dir:
                 return
             with open(current_path(tree_dir, rank), "w") as current:
                 current.write(cell_dir)
-            yield cell_dir, entered
-            entered = time.time()
+            yield cell_dir, entered if done == 0 else time.time()
             between_cells()
+            write_json_atomically(idle_path(tree_dir, rank), done + 1)
 
 
 def current_cell(tree_dir: str, rank: int) -> Optional[str]:
