@@ -3,9 +3,10 @@ to, phase by phase (each record's ``wall_breakdown``, ``scaling.execute.wall``).
 
 Runs each sweep into a fresh folder through the command line, as a user would, times it from
 the command's start to its end, and reports the windows' share of that, the phases' totals,
-and each cell's share. Two sweeps: the quickstart (``configs/quickstart.yaml``) and one over
-PyTorch, TensorFlow and JAX (ResNet-50 at 32 px, batch 8, 1 and 2 CPU devices of one thread,
-each point twice, as the quickstart does).
+and each cell's share. Three sweeps: the quickstart (``configs/quickstart.yaml``), the same
+with every cell in processes of its own (``share_processes: false``, as before shared process
+trees), and one over PyTorch, TensorFlow and JAX (ResNet-50 at 32 px, batch 8, 1 and 2 CPU
+devices of one thread, each point twice, as the quickstart does).
 
     python bench/cell_cost.py --output bench/results/cell_cost.json
     python bench/cell_cost.py --sweeps quickstart --output FILE
@@ -38,10 +39,16 @@ THREE_FRAMEWORKS = {
 
 
 def sweep_file(name: str, scratch: Path) -> Path:
+    """``quickstart``, ``quickstart_fresh`` (the same with ``share_processes: false``: every
+    cell starts its own processes) or ``three_frameworks``."""
     if name == "quickstart":
         return ROOT / "configs" / "quickstart.yaml"
+    spec = THREE_FRAMEWORKS
+    if name == "quickstart_fresh":
+        spec = {**yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text()),
+                "share_processes": False}
     path = scratch / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(THREE_FRAMEWORKS))
+    path.write_text(yaml.safe_dump(spec))
     return path
 
 
@@ -93,8 +100,8 @@ def table(results: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sweeps", default="quickstart,three_frameworks",
-                        help="comma-separated: quickstart, three_frameworks")
+    parser.add_argument("--sweeps", default="quickstart,quickstart_fresh,three_frameworks",
+                        help="comma-separated: quickstart, quickstart_fresh, three_frameworks")
     parser.add_argument("--scratch", type=Path, default=ROOT / "runs" / "cell-cost")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
