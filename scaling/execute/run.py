@@ -78,8 +78,8 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
              on_busy: Optional[Callable[[float], None]] = None,
              gather: Optional[Callable[[Path], None]] = None,
              trees: Optional[SharedTrees] = None) -> Dict:
-    """Run this node's part of ``cell`` in a fresh process tree under its timeout and return
-    its result record. ``placement`` defaults to every rank on this machine; ``watch`` says
+    """Run this node's part of ``cell`` in a fresh process tree (or its kind's shared tree)
+    under its timeout and return its result record. ``placement`` defaults to every rank on this machine; ``watch`` says
     whether to wait for quiet first and whether to keep telemetry (noise is always watched);
     ``on_busy`` gets the cores other processes used at each look after which the wait for
     quiet goes on.
@@ -128,7 +128,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
                 tree_key(cell, placement, python, env),
                 lambda folder: launcher.command(cell, placement, folder, python), env,
                 launcher.processes(cell), cell_dir, cell_dir / log, cell.timeout_s,
-                monitor.start)
+                monitor.start, alone=cell.device_type == "gpu")
             token = process_tree.pop("token")
         else:
             returncode, timed_out, wall_s = run_process_tree(
@@ -226,6 +226,7 @@ def make_record(cell: Cell, cell_dir: Path, outcome: Dict, reports, started_at: 
         "local_step_s": None,
         "images_per_joule": None,
         "fingerprint": fingerprint.noted(cell_dir, cell.nodes),
+        "process_tree": None,
         **outcome,
         "versions": first.get("versions"),
         "device_name": first.get("device_name"),

@@ -10,7 +10,8 @@ cap: VmPeak, which a cap's figures rest on, cannot start afresh in a process.
 
 The cells' order does not change. A sweep keeps one tree per kind of cell and sends each cell
 to its kind's tree when its turn comes; the other trees wait, blocked on their FIFOs, using no
-CPU. A cell is done when every rank reported and is ready for the next (nothing of it runs
+CPU. A GPU cell runs with no other kind's tree left (their CUDA contexts would sit on its
+devices), so on GPUs a tree serves the cells of one kind that run one after another. A cell is done when every rank reported and is ready for the next (nothing of it runs
 beside the next cell). A failed cell (an error, an OOM, a crash) ends its tree, and a cell past
 its timeout has its tree killed: the cell is recorded from its reports as a cell alone would
 be, and its kind's next cell starts a new tree. The trees end with the sweep, on Ctrl-C, or
@@ -113,13 +114,19 @@ class SharedTrees:
 
     def run(self, key: Tuple, command: Callable[[str], List[str]], env: Dict[str, str],
             ranks: int, cell_dir: Path, log_path: Path, timeout_s: float,
-            on_start: Callable[[int], None]) -> Tuple[Optional[int], bool, float, Dict]:
+            on_start: Callable[[int], None], alone: bool = False
+            ) -> Tuple[Optional[int], bool, float, Dict]:
         """Run the cell of ``cell_dir`` in its kind's tree (``key``), started with
         ``command(folder)`` where there is none: (exit code, timed out, seconds) as
         :func:`scaling.execute.processes.run_process_tree` gives them, and the tree (its id,
-        the cell's position in it, and its processes' ``token``)."""
+        the cell's position in it, and its processes' ``token``). ``alone``: end the other
+        kinds' trees first (a GPU cell: their idle contexts would sit on its devices)."""
         started = time.monotonic()
         tree = self.trees.pop(key, None)
+        if alone:
+            for other in self.trees.values():
+                other.close()
+            self.trees.clear()
         if tree is not None and not tree.alive():
             tree.close()
             tree = None
