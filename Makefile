@@ -59,7 +59,8 @@ $(MXNET_VENV)/.installed:
 	$(MXNET_VENV)/bin/python -m pip install --quiet 'mxnet==1.9.1' 'numpy<1.24'
 	touch $@
 
-# $(call install_extras,EXTRAS): the venv (made if missing) with the harness and EXTRAS.
+# $(call install_extras,EXTRAS): the venv (made if missing) with the harness and EXTRAS, by the
+# venv's own pip (its build of the editable install brings its own setuptools).
 # --no-compile: Python compiles the modules a run imports when it first imports them, rather
 # than pip compiling every module of torch's and TensorFlow's wheels at install (a third of
 # the quickstart's install). So the commands below write that bytecode even where the
@@ -68,7 +69,6 @@ $(MXNET_VENV)/.installed:
 unexport PYTHONDONTWRITEBYTECODE
 define install_extras
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e '.[$(1)]'
 endef
 

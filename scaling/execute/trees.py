@@ -101,6 +101,8 @@ class SharedTrees:
         self.trees: Dict[Tuple, Tree] = {}
 
     def __enter__(self) -> "SharedTrees":
+        """Start with no tree folders: what a sweep killed outright left is gone with it."""
+        shutil.rmtree(self.root, ignore_errors=True)
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
