@@ -79,7 +79,8 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
              gather: Optional[Callable[[Path], None]] = None,
              trees: Optional[SharedTrees] = None) -> Dict:
     """Run this node's part of ``cell`` in a fresh process tree (or its kind's shared tree)
-    under its timeout and return its result record. ``placement`` defaults to every rank on this machine; ``watch`` says
+    under its timeout and return its result record. ``placement`` defaults to every rank on
+    this machine; ``watch`` says
     whether to wait for quiet first and whether to keep telemetry (noise is always watched);
     ``on_busy`` gets the cores other processes used at each look after which the wait for
     quiet goes on.

@@ -11,11 +11,12 @@ cap: VmPeak, which a cap's figures rest on, cannot start afresh in a process.
 The cells' order does not change. A sweep keeps one tree per kind of cell and sends each cell
 to its kind's tree when its turn comes; the other trees wait, blocked on their FIFOs, using no
 CPU. A GPU cell runs with no other kind's tree left (their CUDA contexts would sit on its
-devices), so on GPUs a tree serves the cells of one kind that run one after another. A cell is done when every rank reported and is ready for the next (nothing of it runs
-beside the next cell). A failed cell (an error, an OOM, a crash) ends its tree, and a cell past
-its timeout has its tree killed: the cell is recorded from its reports as a cell alone would
-be, and its kind's next cell starts a new tree. The trees end with the sweep, on Ctrl-C, or
-when the harness dies (each rank reads the end of its FIFO).
+devices), so on GPUs a tree serves the cells of one kind that run one after another. A cell is
+done when every rank reported and is ready for the next, so nothing of it runs beside the next
+cell. A failed cell (an error, an OOM, a crash) ends its tree, and a cell past its timeout has
+its tree killed: the cell is recorded from its reports as a cell alone would be, and its kind's
+next cell starts a new tree. The trees end with the sweep, on Ctrl-C, or when the harness dies
+(each rank reads the end of its FIFO).
 """
 
 from __future__ import annotations
