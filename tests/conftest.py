@@ -150,10 +150,10 @@ def write_sweep(path: Path, **overrides) -> Path:
 
 
 def cell_logs(args) -> str:
-    """The last lines of each cell's log under any results folder among ``args``: what a cell
-    that failed in a full test run left to read."""
+    """The last lines of each cell's logs (every node's) under any results folder among
+    ``args``: what a cell that failed in a full test run left to read."""
     logs = [log for arg in args if isinstance(arg, Path)
-            for log in sorted(arg.glob("cells/*/launcher.log"))]
+            for log in sorted(arg.glob("cells/*/launcher*.log"))]
     return "".join(f"\n{log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-20:])
                    for log in logs)
 

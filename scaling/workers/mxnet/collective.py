@@ -37,6 +37,7 @@ class MxnetCollective:
         self.parallel.total(self.mx, 1.0)
 
     def finish(self) -> dict:
+        self.parallel.finish()
         return {}
 
 

@@ -41,6 +41,9 @@ class KvstoreParallel:
         return gluon.Trainer(params, optimizer, optimizer_params, kvstore=self.kvstore,
                              update_on_kvstore=self.update_on_kvstore)
 
+    def finish(self) -> None:
+        """No collective to take down: the kvstore goes with the process."""
+
     def total(self, mx, value: float) -> float:
         """The sum of ``value`` over the cell's processes: this one holds every context."""
         return value
@@ -109,6 +112,12 @@ class HorovodParallel:
         """A function that sums this rank's one array in place over the Horovod ranks."""
         [array] = arrays
         return lambda: self.hvd.allreduce_(array, op=self.hvd.Sum)
+
+    def finish(self) -> None:
+        """Every rank leaves Horovod together: a rank that exited with its background loop
+        still running would reset the other ranks' connections, and fail a peer not yet done
+        with the last collective."""
+        self.hvd.shutdown()
 
 
 PARALLEL = {"none": NoParallel, "kvstore": KvstoreParallel, "horovod": HorovodParallel}

@@ -137,6 +137,7 @@ class MxnetSession(MxnetHooks):
         params = sum(p.data(self.contexts[0]).size for p in self._trained())
         facts = {"params": params, **self.compute_facts(self.cell), **self.fingerprints()}
         facts["communication_in_effect"] = self.parallel.communication_in_effect(self.trainer)
+        self.parallel.finish()
         return {**mxnet_device.memory(self.mx, self.contexts, self.gpu), **facts}
 
 

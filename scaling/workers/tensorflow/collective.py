@@ -12,7 +12,7 @@ class TensorFlowCollective:
     under horovod; one buffer per replica of this process."""
 
     def __init__(self, tf, parallel, strategy):
-        self.tf, self.strategy = tf, strategy
+        self.tf, self.parallel, self.strategy = tf, parallel, strategy
         self.devices = parallel.replicas(strategy)
         self._sum = parallel.allreduce_function(strategy)
         self._total = parallel.sum_function(strategy)
@@ -46,6 +46,7 @@ class TensorFlowCollective:
         self._total(self.tf.constant(1.0)).numpy()
 
     def finish(self) -> dict:
+        self.parallel.finish()
         return {}
 
 

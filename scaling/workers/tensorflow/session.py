@@ -111,6 +111,7 @@ class TensorFlowSession(TensorFlowHooks):
             sums = self._last if self.mode == "forward_backward" \
                 else self._step_function("forward_backward")()
             report["gradient_sums"] = [float(value) for value in sums]
+        self.parallel.finish()
         return report
 
 

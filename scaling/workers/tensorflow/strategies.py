@@ -53,6 +53,9 @@ class Plain:
     def broadcast(self, variables) -> None:
         """Give every process the same initial ``variables`` (a strategy mirrors its own)."""
 
+    def finish(self) -> None:
+        """After the cell's last collective: take down what the strategy does not."""
+
     def replicas(self, strategy) -> int:
         """Replicas over the whole cell."""
         return strategy.num_replicas_in_sync
@@ -236,6 +239,12 @@ class Horovod(Plain):
 
     def allreduce_function(self, strategy):
         return self.sum_function(strategy)
+
+    def finish(self) -> None:
+        """Every rank leaves Horovod together: a rank that exited with its background loop
+        still running would reset the other ranks' connections, and fail a peer not yet done
+        with the last collective."""
+        self.hvd.shutdown()
 
 
 STRATEGIES = {"none": Plain, "mirrored": Mirrored, "multiworker": MultiWorker,
