@@ -59,17 +59,20 @@ $(MXNET_VENV)/.installed:
 	$(MXNET_VENV)/bin/python -m pip install --quiet 'mxnet==1.9.1' 'numpy<1.24'
 	touch $@
 
-# $(call install_extras,EXTRAS): the venv (made if missing) with the harness and EXTRAS, by the
-# venv's own pip (its build of the editable install brings its own setuptools).
-# --no-compile: Python compiles the modules a run imports when it first imports them, rather
-# than pip compiling every module of torch's and TensorFlow's wheels at install (a third of
-# the quickstart's install). So the commands below write that bytecode even where the
-# environment says not to: under PYTHONDONTWRITEBYTECODE every worker would compile torch
-# again (torch._dynamo alone, which a first optimizer step imports: 14.6 s against 6 s).
+# $(call install_extras,EXTRAS): the venv (made if missing) with the harness and EXTRAS under
+# constraints.txt, installed by uv (put into the venv by its own pip first), which fetches and
+# unpacks the wheels in parallel: the quickstart's install in about half of pip's time
+# (bench/results/install_time.json). --system-certs: uv trusts the machine's certificate store,
+# as pip does. Like pip --no-compile, uv leaves compiling the modules to the first import, so
+# the commands below keep that bytecode even where the environment says not to: under
+# PYTHONDONTWRITEBYTECODE every worker would compile torch again (torch._dynamo alone, which a
+# first optimizer step imports: 14.6 s against 6 s).
 unexport PYTHONDONTWRITEBYTECODE
 define install_extras
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e '.[$(1)]'
+	test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet -c constraints.txt uv
+	$(BIN)/uv pip install --quiet --system-certs --python $(BIN)/python -c constraints.txt \
+	  -e '.[$(1)]'
 endef
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt

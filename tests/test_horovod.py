@@ -37,7 +37,7 @@ def run_horovod(out_dir, *args, framework="torch", devices=2, env=None):
 @pytest.mark.slow
 def test_each_framework_runs_on_one_and_two_ranks_with_the_same_model_as_its_own_launcher(
         tmp_path, out_dir):
-    sweep = write_sweep(tmp_path / "hvd.yaml", devices=[1, 2], frameworks={
+    sweep = write_sweep(tmp_path / "hvd.yaml", devices=[1, 2], references="none", frameworks={
         framework: {"launchers": [native, "horovod"]} for framework, native in NATIVE.items()})
     scaling_cli_ok("sweep", sweep, "--out", out_dir)
     records = read_records(out_dir)

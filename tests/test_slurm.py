@@ -139,7 +139,7 @@ def test_status_lists_every_recorded_cell(cluster, two_node_sweep):
 
 @pytest.mark.slow
 def test_horovod_cells_over_two_nodes_for_every_framework(cluster, tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], frameworks={
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], references="none", frameworks={
         framework: {"launchers": ["horovod"]} for framework in ("torch", "tensorflow", "mxnet")})
     out = tmp_path / "out"
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
@@ -154,7 +154,7 @@ def test_horovod_cells_over_two_nodes_for_every_framework(cluster, tmp_path):
 @pytest.mark.slow
 def test_a_jax_distributed_cell_over_two_nodes(cluster, tmp_path):
     pytest.importorskip("jax", reason="JAX is not installed (pip install -e '.[jax]')")
-    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], frameworks={
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], references="none", frameworks={
         "jax": {"launchers": ["jax-distributed"]}})
     out = tmp_path / "out"
     scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
