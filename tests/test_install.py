@@ -73,7 +73,7 @@ def test_the_quickstart_installs_the_extras_of_what_it_runs_and_nothing_else(tmp
     dry = subprocess.run(["make", "--no-print-directory", "-n", "quickstart",
                           f"VENV={tmp_path / 'venv'}", f"MXNET_VENV={tmp_path / 'venv-mxnet'}"],
                          capture_output=True, text=True, cwd=ROOT, env=env, check=True).stdout
-    [install] = [line for line in dry.splitlines() if "-c constraints.txt" in line]
+    [install] = [line for line in dry.splitlines() if "-c constraints.txt -e '.[" in line]
     extras = set(install.split("'.[")[1].split("]'")[0].split(","))
     config = yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())
     assert extras == set(config["frameworks"]) | {"plot"} == {"torch", "plot"}
