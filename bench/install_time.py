@@ -31,7 +31,7 @@ def install(side: str, scratch: Path) -> float:
     target = ["-c", "constraints.txt", "-e", f".[{EXTRAS}]"]
     commands = {
         "pip": [[python, "-m", "pip", "install", "--quiet", "--no-compile", *target]],
-        "uv": [[python, "-m", "pip", "install", "--quiet", "uv"],
+        "uv": [[python, "-m", "pip", "install", "--quiet", "-c", "constraints.txt", "uv"],
                [str(venv / "bin" / "uv"), "pip", "install", "--quiet", "--system-certs",
                 "--python", python, *target]],
     }[side]
