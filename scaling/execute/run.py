@@ -80,10 +80,9 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
              trees: Optional[SharedTrees] = None) -> Dict:
     """Run this node's part of ``cell`` in a fresh process tree (or its kind's shared tree)
     under its timeout and return its result record. ``placement`` defaults to every rank on
-    this machine; ``watch`` says
-    whether to wait for quiet first and whether to keep telemetry (noise is always watched);
-    ``on_busy`` gets the cores other processes used at each look after which the wait for
-    quiet goes on.
+    this machine; ``watch`` says whether to wait for quiet first and whether to keep telemetry
+    (noise is always watched); ``on_busy`` gets the cores other processes used at each look
+    after which the wait for quiet goes on.
 
     The cell's files (spec, rank reports, launcher log, record) live in ``OUT/cells/CELL_ID/``.
     Over several nodes that folder is shared (the same OUT on a shared file system): node 0
