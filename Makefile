@@ -63,16 +63,17 @@ $(MXNET_VENV)/.installed:
 # constraints.txt, installed by uv (put into the venv by its own pip first), which fetches and
 # unpacks the wheels in parallel: the quickstart's install in about half of pip's time
 # (bench/results/install_time.json). --system-certs: uv trusts the machine's certificate store,
-# as pip does. Like pip --no-compile, uv leaves compiling the modules to the first import, so
-# the commands below keep that bytecode even where the environment says not to: under
-# PYTHONDONTWRITEBYTECODE every worker would compile torch again (torch._dynamo alone, which a
-# first optimizer step imports: 14.6 s against 6 s).
+# as pip does. --compile-bytecode: uv compiles every module at install, on every core, rather
+# than leave it to the first import: a sweep's first cells would compile torch each on its own
+# (their trees start together). The commands below keep bytecode even where the environment
+# says not to: under PYTHONDONTWRITEBYTECODE every worker would compile what it imports again
+# (torch._dynamo alone, which a first optimizer step imports: 14.6 s against 6 s).
 unexport PYTHONDONTWRITEBYTECODE
 define install_extras
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet -c constraints.txt uv
-	$(BIN)/uv pip install --quiet --system-certs --python $(BIN)/python -c constraints.txt \
-	  -e '.[$(1)]'
+	$(BIN)/uv pip install --quiet --system-certs --compile-bytecode --python $(BIN)/python \
+	  -c constraints.txt -e '.[$(1)]'
 endef
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt

@@ -69,6 +69,9 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                                 "in a failure's report under the heap cap)",
     "memory_capacity_bytes": "how much of that quantity the rank could have",
     "host": "host name of the reporting process",
+    "process_started": "wall time at which the process started: before its cell where it runs "
+                       "in a shared process tree (an earlier cell's, or the sweep's trees "
+                       "started together)",
     "node": "its node, by the name the backend gives it (SLURMD_NODENAME under Slurm, or "
             "SCALING_NODE_NAME where a backend sets it), else its host name",
     "collective_env": "the collectives' and launchers' environment as this process saw it "

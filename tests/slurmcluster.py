@@ -144,8 +144,10 @@ class SlurmCluster:
     @contextlib.contextmanager
     def grouped(self, name: str, why: str, **settings):
         """Node ``name``'s ``slurmd``, and every process it starts from now on, in a CPU group
-        of its own with ``settings`` (tests/cpugroup.py) while inside."""
-        with cpu_group(f"scaling-{self.root.name}-{name}-{why}", **settings) as group:
+        of its own with ``settings`` (tests/cpugroup.py) while inside; named for this pytest
+        process too, as every pytest process's first cluster folder has the same name."""
+        group_name = f"scaling-{os.getpid()}-{self.root.name}-{name}-{why}"
+        with cpu_group(group_name, **settings) as group:
             pid = (self.root / f"slurmd-{name}.pid").read_text().split()[0]
             (group / "cgroup.procs").write_text(pid)
             yield

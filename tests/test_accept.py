@@ -31,9 +31,12 @@ def cluster(tmp_path_factory):
 
 
 def swept(cluster, tmp_path, name, repeats=1, *flags):
-    """A one-thread tiny cell, its first ``repeats`` repeats, with the sweep's ``flags``."""
+    """A one-thread tiny ``single`` cell (no launcher agent to start, on a node slowed to a
+    fifth of a core least of all: what is judged is the node, not the launcher), its first
+    ``repeats`` repeats, with the sweep's ``flags``."""
     config = write_sweep(tmp_path / f"{name}-{repeats}.yaml", name=name, min_time_s=3,
-                         threads_per_device=1, repeats=repeats)
+                         threads_per_device=1, repeats=repeats,
+                         frameworks={"torch": {"launchers": ["single"]}})
     ran = scaling(cluster, "sweep", config, "--out", tmp_path / name, "--backend", "slurm",
                   "--wait", *flags)
     assert ran.returncode == 0, ran.stdout + ran.stderr

@@ -4,10 +4,13 @@ in nccl-tests' convention."""
 from __future__ import annotations
 
 import json
+import traceback
 
 import pytest
-from conftest import read_records, scaling_cli_ok, scaling_in_process
+from click.testing import CliRunner
+from conftest import read_records, scaling_in_process
 
+from scaling.cli import cli
 from scaling.execute.aggregate import bus_factor
 from scaling.execute.allreduce import DEFAULT_SIZES, marks, parse_sizes
 from scaling.report.html import allreduce_section
@@ -15,6 +18,18 @@ from scaling.schema import ALLREDUCE_FIELDS, RECORD_FIELDS
 from scaling.uncertainty import median_interval
 
 SIZES = [4 * 2**10, 256 * 2**10, 4 * 2**20]
+
+
+def allreduce_ok(*args):
+    """``scaling allreduce ARGS``, which must succeed, run in this process (click's
+    CliRunner): its workers start in processes of their own as from the command line, while
+    the marks of its table and figure (every workload's gradients, from its torch model) are
+    built once here rather than in a fresh process, which imports torch, each time."""
+    result = CliRunner().invoke(cli, ["allreduce", *map(str, args)], prog_name="scaling")
+    raised = "" if result.exc_info is None or isinstance(result.exception, SystemExit) else \
+        "".join(traceback.format_exception(*result.exc_info))
+    assert result.exit_code == 0, result.output + raised
+    return result
 
 
 def read_lines(path) -> list:
@@ -37,8 +52,8 @@ def check_sizes(record, devices: int) -> None:
 
 @pytest.mark.slow
 def test_torchrun_on_two_cpu_devices_writes_one_line_per_size(out_dir):
-    result = scaling_cli_ok("allreduce", "--devices", 2, "--device-type", "cpu",
-                            "--sizes", "4KiB,256KiB,4MiB", "--out", out_dir)
+    result = allreduce_ok("--devices", 2, "--device-type", "cpu", "--sizes", "4KiB,256KiB,4MiB",
+                          "--out", out_dir)
     [record] = read_records(out_dir)
     assert record["purpose"] == "allreduce" and record["sizes"] == SIZES
     assert set(ALLREDUCE_FIELDS) <= set(record) <= set(RECORD_FIELDS) | set(ALLREDUCE_FIELDS)
@@ -51,8 +66,8 @@ def test_torchrun_on_two_cpu_devices_writes_one_line_per_size(out_dir):
     assert "busbw" in result.stdout and "4.00 MiB" in result.stdout
     assert (out_dir / "allreduce.png").stat().st_size > 0
     assert "<svg" in allreduce_section(read_records(out_dir))
-    again = scaling_cli_ok("allreduce", "--devices", 2, "--device-type", "cpu",
-                           "--sizes", "4KiB,256KiB,4MiB", "--out", out_dir)
+    again = allreduce_ok("--devices", 2, "--device-type", "cpu", "--sizes", "4KiB,256KiB,4MiB",
+                         "--out", out_dir)
     assert "already measured" in again.stdout and len(read_records(out_dir)) == 1
 
 
@@ -62,18 +77,17 @@ def test_torchrun_on_two_cpu_devices_writes_one_line_per_size(out_dir):
     ("tensorflow", "horovod"), ("mxnet", "mxnet-kvstore"), ("mxnet", "horovod"),
     ("jax", "jax"), ("jax", "jax-distributed")])
 def test_each_launchers_own_collective_sums_over_two_devices(out_dir, framework, launcher):
-    scaling_cli_ok("allreduce", "--framework", framework, "--launcher", launcher,
-                   "--devices", 2, "--device-type", "cpu", "--sizes", "4KiB,256KiB,4MiB",
-                   "--out", out_dir)
+    allreduce_ok("--framework", framework, "--launcher", launcher, "--devices", 2,
+                 "--device-type", "cpu", "--sizes", "4KiB,256KiB,4MiB", "--out", out_dir)
     [record] = read_records(out_dir)
     check_sizes(record, 2)
 
 
 @pytest.mark.slow
 def test_the_bus_factor_over_four_devices_of_one_kvstore_process(out_dir):
-    scaling_cli_ok("allreduce", "--framework", "mxnet", "--devices", 4, "--device-type", "cpu",
-                   "--threads-per-device", 1, "--allow-oversubscribe",
-                   "--sizes", "4KiB,256KiB,4MiB", "--out", out_dir)
+    allreduce_ok("--framework", "mxnet", "--devices", 4, "--device-type", "cpu",
+                 "--threads-per-device", 1, "--allow-oversubscribe",
+                 "--sizes", "4KiB,256KiB,4MiB", "--out", out_dir)
     [record] = read_records(out_dir)
     check_sizes(record, 4)
     assert bus_factor(4) == 1.5

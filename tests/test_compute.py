@@ -22,14 +22,20 @@ from scaling.workers.pytorch.flops import flops_per_image as torch_flops_per_ima
 from workloads import WORKLOADS, get_workload
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL_CELL = ("--workload", "cifar10", "--batch-size", 4, "--steps", 2, "--warmup", 1,
-              "--device-type", "cpu")
+SMALL_CELL = dict(workloads=["cifar10"], image_size=WORKLOADS["cifar10"].input_size,
+                  batch_sizes=[4], steps=2, warmup=1, device_type="cpu")
+"""A cell of the CIFAR-10 network at its own side, which the counts below count at."""
 
 
-def run_one(out_dir, framework, *args) -> dict:
-    scaling_cli_ok("run", "--framework", framework, "--launcher", "single", *args,
-                   "--out", out_dir / framework)
-    [record] = read_records(out_dir / framework)
+def run_one(out_dir, framework) -> dict:
+    """The ``single`` cell of SMALL_CELL under ``framework``, run as a sweep of one cell that
+    times no references after its window (no test here reads the scaling model's fields)."""
+    folder = out_dir / framework
+    folder.mkdir(parents=True)
+    sweep = write_sweep(folder / "sweep.yaml", frameworks={framework: {"launchers": ["single"]}},
+                        references="none", **SMALL_CELL)
+    scaling_cli_ok("sweep", sweep, "--out", folder / "out")
+    [record] = read_records(folder / "out")
     assert record["status"] == "ok", record["error"]
     return record
 
@@ -117,22 +123,23 @@ def counted(process: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def count(framework, workload_name, image_size) -> float:
-    """One image's train FLOPs, as the framework's worker counts them."""
-    return counted(start_counting(framework, ["train"], f"{workload_name}:{image_size}"))[
-        f"{workload_name} train"]
+@pytest.fixture(scope="module")
+def counts() -> dict:
+    """Each framework's count of one image of every workload at its nominal size, ``forward``
+    and ``train``, by framework and then by "workload mode": one counting process a framework,
+    the four at once."""
+    sizes = [f"{w.name}:{w.input_size}" for w in WORKLOADS.values()]
+    processes = {framework: start_counting(framework, ("forward", "train"), *sizes)
+                 for framework in COUNTERS}
+    return {framework: counted(process) for framework, process in processes.items()}
 
 
 @pytest.mark.slow
-def test_every_framework_counts_torchs_flops_for_every_workload_and_mode():
+def test_every_framework_counts_torchs_flops_for_every_workload_and_mode(counts):
     """Each framework counts its own network: a network that drifts from the others (a stride
     moved, a layer resized) changes its count. Every counter counts ``forward_backward`` as
     ``train``."""
-    sizes = [f"{w.name}:{w.input_size}" for w in WORKLOADS.values()]
-    # The four counters run at once.
-    processes = {framework: start_counting(framework, ("forward", "train"), *sizes)
-                 for framework in COUNTERS}
-    counts = {framework: counted(process) for framework, process in processes.items()}
+    counts = dict(counts)
     torch_counts = counts.pop("torch")
     assert len(torch_counts) == 2 * len(WORKLOADS)
     for framework, framework_counts in counts.items():
@@ -146,20 +153,22 @@ def test_every_framework_counts_torchs_flops_for_every_workload_and_mode():
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["torch", "tensorflow", "jax"])
 def test_a_cell_records_its_frameworks_count_and_the_figures_that_follow(out_dir, framework,
-                                                                       monkeypatch):
+                                                                       monkeypatch, counts):
     # The cell's own folder keeps its ceiling, measured just before it: the run's shared one
     # was measured at whatever load the machine had when a test first needed it.
     monkeypatch.delenv(CEILINGS_ENV)
-    record = run_one(out_dir, framework, *SMALL_CELL)
-    assert record["flops_per_image"] == count(framework, "cifar10", 32)
+    record = run_one(out_dir, framework)
+    assert record["image_size"] == 32 and record["mode"] == "train"
+    assert record["flops_per_image"] == counts[framework]["cifar10 train"]
     assert record["gradient_bytes"] == 4 * record["params"]
     check_facts(record)
 
 
 @pytest.mark.slow
-def test_mxnet_records_its_own_count(out_dir):
-    record = run_one(out_dir, "mxnet", *SMALL_CELL)
-    assert record["flops_per_image"] == count("mxnet", "cifar10", 32)
+def test_mxnet_records_its_own_count(out_dir, counts):
+    record = run_one(out_dir, "mxnet")
+    assert record["image_size"] == 32 and record["mode"] == "train"
+    assert record["flops_per_image"] == counts["mxnet"]["cifar10 train"]
     assert record["gradient_bytes"] == 4 * record["params"]
     assert record["achieved_tflops"] > 0 and record["precision"] == "fp32"
 
@@ -202,12 +211,14 @@ def test_mfu_of_a_gpu_record_divides_by_the_tables_peak():
 def shared_cores_curve(tmp_path_factory):
     """torchrun at 1 and 4 CPU devices of all the cores each, in one folder that keeps its own
     ceilings: the 4 devices share the cores four ways, so each runs well under the one alone,
-    even when a neighbouring test loads the machine during one cell and not the other.
+    even when a neighbouring test loads the machine during one cell and not the other (no
+    references after the windows: the tests read throughput, probes and ceilings).
     Returns the folder, the sweep's output and the records by device count."""
     tmp = tmp_path_factory.mktemp("ceiling")
     env = {name: value for name, value in os.environ.items() if name != CEILINGS_ENV}
     sweep = write_sweep(tmp / "sweep.yaml", devices=[1, 4], threads_per_device=cpu_cores(),
-                        allow_oversubscribe=True, image_size=32, batch_sizes=[8])
+                        allow_oversubscribe=True, image_size=32, batch_sizes=[8],
+                        references="none")
     result = scaling_cli_ok("sweep", sweep, "--out", tmp / "out", env=env)
     return tmp / "out", result, {r["devices"]: r for r in read_records(tmp / "out")}
 

@@ -6,21 +6,25 @@ Every run's one-thread cell runs in a CPU group of its own, ahead of the machine
 (ten times its weight), so that whatever else the machine runs moves its images/sec little;
 the group's quota of one core holds it and anything beside it in the group. The node is slowed
 by lowering the quota to 0.3 of a core (about -70%); the busy neighbour is a process spinning
-in the same group (about -50%). Changes are reported from 25%, beyond what two runs of the
-same tiny cell differ by here."""
+in the same group (about -50%). Either holds from the moment the cell's process starts, before
+its imports, until its rank has reported, after its window: all that its figures are taken
+from; the sweep's own start and bookkeeping run at the full core either way. Changes are
+reported from 25%, beyond what two runs of the same tiny cell differ by here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from conftest import scaling_cli, write_sweep
+from conftest import processes_mentioning, scaling_cli, wait_until, write_sweep
 from cpugroup import AHEAD_SHARES, cpu_group, join
 
 PERIOD_US = 10000
+SLOWED_SHARE = 0.3
 
 
 @pytest.fixture
@@ -30,20 +34,71 @@ def group(tmp_path):
         yield made
 
 
-def run_into(history, tmp_path, name, group, node="node-a"):
-    """One real run of a tiny cell, added to ``history`` by the sweep itself."""
-    config = write_sweep(tmp_path / f"{name}.yaml", name=name, min_time_s=2,
-                         threads_per_device=1)
-    ran = scaling_cli("sweep", config, "--out", tmp_path / name, "--history", history,
-                      env={**os.environ, "SCALING_NODE_NAME": node}, cpu_group=group)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert f"points to the history {history}" in ran.stdout
+@contextlib.contextmanager
+def slowed(group):
+    """The group's quota lowered to ``SLOWED_SHARE`` of a core while inside."""
+    (group / "cpu.cfs_quota_us").write_text(str(int(PERIOD_US * SLOWED_SHARE)))
+    try:
+        yield
+    finally:
+        (group / "cpu.cfs_quota_us").write_text(str(PERIOD_US))
 
 
-def trend(history, tmp_path):
-    """The history's verdicts by node, and its summary line."""
+@contextlib.contextmanager
+def busy_neighbour(group):
+    """A process spinning in the group while inside."""
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                 preexec_fn=lambda: join(group))
+    try:
+        yield
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+
+
+def cell_started(out) -> bool:
+    """The cell's process is up (it names its folder, or its shared tree's)."""
+    return bool(processes_mentioning(out / "trees") or processes_mentioning(out / "cells"))
+
+
+def run_into(history, tmp_path, name, group, node="node-a", measured_in=contextlib.nullcontext,
+             min_time_s=2):
+    """One real run of a tiny ``single`` cell (a history keeps launchers apart as any other
+    field of a curve), added to ``history`` by the sweep itself; ``measured_in()`` holds from
+    the cell's process start to its rank's report (module docstring)."""
+    out = tmp_path / name
+    config = write_sweep(tmp_path / f"{name}.yaml", name=name, threads_per_device=1,
+                         frameworks={"torch": {"launchers": ["single"]}},
+                         **({"min_time_s": min_time_s} if min_time_s else {}))
+    stdout, stderr = tmp_path / f"{name}.stdout", tmp_path / f"{name}.stderr"
+    with stdout.open("w") as out_file, stderr.open("w") as err_file:
+        started = subprocess.Popen(
+            [sys.executable, "-m", "scaling", "sweep", str(config), "--out", str(out),
+             "--history", str(history)], stdout=out_file, stderr=err_file,
+            env={**os.environ, "SCALING_NODE_NAME": node}, preexec_fn=lambda: join(group))
+
+    def ended() -> bool:
+        return started.poll() is not None
+
+    try:
+        wait_until(lambda: ended() or cell_started(out), "the cell's process")
+        with measured_in():
+            wait_until(lambda: ended() or any(out.glob("cells/*/rank*.json")),
+                       "the cell's rank report")
+        started.wait(timeout=900)
+    finally:
+        if started.poll() is None:
+            started.kill()
+            started.wait()
+    printed = stdout.read_text()
+    assert started.returncode == 0, printed + stderr.read_text()
+    assert f"points to the history {history}" in printed
+
+
+def trend(history, tmp_path, *args):
+    """The history's verdicts by node, and its summary line (``args``: more options)."""
     shown = scaling_cli("history", history, "--min-change", "0.25", "--json",
-                        tmp_path / "history.json")
+                        tmp_path / "history.json", *args)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     series = json.loads((tmp_path / "history.json").read_text())
     return ({entry["node"]: [point["verdict"] for point in entry["points"]] for entry in series},
@@ -54,27 +109,19 @@ def trend(history, tmp_path):
 def test_a_slowed_node_is_a_change_once_confirmed_and_a_busy_neighbour_is_not(tmp_path, group):
     history = tmp_path / "history.duckdb"
     run_into(history, tmp_path, "first", group)
-    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                 preexec_fn=lambda: join(group))
-    try:
-        run_into(history, tmp_path, "busy", group)
-    finally:
-        neighbour.kill()
-        neighbour.wait()
+    run_into(history, tmp_path, "busy", group, measured_in=lambda: busy_neighbour(group))
     run_into(history, tmp_path, "again", group)
+    run_into(history, tmp_path, "slowed", group, measured_in=lambda: slowed(group))
+    # The busy run is a one-off and no change, and the slowed run waits for the next: the
+    # verdicts of the first three runs are the ones they had as the history's last three
+    # (each is judged against the level before it and the run after it alone).
     verdicts, shown, _ = trend(history, tmp_path)
-    assert verdicts == {"node-a": ["same", "not confirmed", "same"]}
-    assert "no confirmed change" in shown.splitlines()[-1]
+    assert verdicts == {"node-a": ["same", "not confirmed", "same", "unconfirmed"]}
+    assert "no confirmed change, 1 unconfirmed" in shown.splitlines()[-1]
 
-    (group / "cpu.cfs_quota_us").write_text(str(PERIOD_US * 3 // 10))
-    run_into(history, tmp_path, "slowed", group)
-    verdicts, shown, _ = trend(history, tmp_path)
-    assert verdicts["node-a"][-1] == "unconfirmed"
-    assert "no confirmed change, 1 unconfirmed" in shown
-
-    run_into(history, tmp_path, "slowed-again", group)
-    (group / "cpu.cfs_quota_us").write_text(str(PERIOD_US))
-    run_into(history, tmp_path, "other-node", group, node="node-b")
+    run_into(history, tmp_path, "slowed-again", group, measured_in=lambda: slowed(group))
+    # Its one point starts a series of its own, "same" whatever its pace: no long window.
+    run_into(history, tmp_path, "other-node", group, node="node-b", min_time_s=None)
     verdicts, shown, series = trend(history, tmp_path)
     assert verdicts == {"node-a": ["same", "not confirmed", "same", "change", "same"],
                         "node-b": ["same"]}
@@ -83,15 +130,12 @@ def test_a_slowed_node_is_a_change_once_confirmed_and_a_busy_neighbour_is_not(tm
     assert changed["ratio"] < 0.6 and changed["run"] == str(tmp_path / "slowed")
     assert changed["since"] == str(tmp_path / "first")  # the level the later runs kept
     assert "1 confirmed change(s)" in shown and shown.rstrip().splitlines()[-1].startswith(
-        "cifar10 16px, torch / torchrun, batch 4 1 thread, 1 device(s) on node-a: -")
+        "cifar10 16px, torch / single, batch 4 1 thread, 1 device(s) on node-a: -")
 
     again = scaling_cli("history", "add", history, tmp_path / "first")
     assert again.returncode == 0, again.stderr  # added again: its points replaced, not doubled
-    assert trend(history, tmp_path)[0] == verdicts
-
     page = tmp_path / "history.html"
-    drawn = scaling_cli("history", history, "--html", page)
-    assert drawn.returncode == 0, drawn.stderr
+    assert trend(history, tmp_path, "--html", page)[0] == verdicts
     assert page.read_text().count("<svg") == 1  # one curve, with both nodes' lines
 
 

@@ -37,13 +37,19 @@ def run_horovod(out_dir, *args, framework="torch", devices=2, env=None):
 @pytest.mark.slow
 def test_each_framework_runs_on_one_and_two_ranks_with_the_same_model_as_its_own_launcher(
         tmp_path, out_dir):
-    sweep = write_sweep(tmp_path / "hvd.yaml", devices=[1, 2], references="none", frameworks={
-        framework: {"launchers": [native, "horovod"]} for framework, native in NATIVE.items()})
-    scaling_cli_ok("sweep", sweep, "--out", out_dir)
+    # Two sweeps into one folder: each framework's own launcher at one device (the model to
+    # compare with), then Horovod at one and two ranks.
+    natives = write_sweep(tmp_path / "native.yaml", devices=[1], references="none", frameworks={
+        framework: {"launchers": [native]} for framework, native in NATIVE.items()})
+    horovod = write_sweep(tmp_path / "hvd.yaml", devices=[1, 2], references="none", frameworks={
+        framework: {"launchers": ["horovod"]} for framework in NATIVE})
+    scaling_cli_ok("sweep", natives, "--out", out_dir)
+    scaling_cli_ok("sweep", horovod, "--out", out_dir, "--resume")
     records = read_records(out_dir)
     assert sorted((r["framework"], r["launcher"], r["devices"], r["status"]) for r in records) \
-        == sorted((framework, launcher, devices, "ok") for framework, native in NATIVE.items()
-                  for launcher in (native, "horovod") for devices in (1, 2))
+        == sorted([(framework, native, 1, "ok") for framework, native in NATIVE.items()]
+                  + [(framework, "horovod", devices, "ok") for framework in NATIVE
+                     for devices in (1, 2)])
     params = defaultdict(set)
     for record in records:
         params[record["framework"]].add(record["params"])
@@ -77,12 +83,21 @@ def test_the_comparison_config_pairs_each_framework_with_horovod_on_one_interpre
         ("mxnet", "single", "none")}
 
 
+@pytest.fixture(scope="module")
+def profiled_cell(tmp_path_factory):
+    """One cell over two ranks with a window of 3 s at least, profiled after it, and with
+    Horovod's timeline on, for the tests that read it: the command's result and the record."""
+    out_dir = tmp_path_factory.mktemp("profiled") / "out"
+    result = run_horovod(out_dir, "--min-time", 3, "--profile", "--option", "timeline=true")
+    return result, read_records(out_dir)
+
+
 @pytest.mark.slow
 def test_telemetry_knows_each_horovod_rank_and_the_profile_sees_the_wait_for_gradients(
-        out_dir):
-    result = run_horovod(out_dir, "--min-time", 3, "--profile")
+        profiled_cell):
+    result, records = profiled_cell
     assert result.returncode == 0, result.stderr
-    [record] = read_records(out_dir)
+    [record] = records
     # The trace cannot see gloo's allreduce in Horovod's background thread; the wait for it
     # in synchronize is timed.
     assert record["step_breakdown"]["communication"] > 0
@@ -134,11 +149,14 @@ def test_channels_last_is_refused_with_its_reason(out_dir):
 @pytest.mark.slow
 def test_tensorflow_under_horovod_runs_mixed_precision_and_refuses_xla_with_its_reason(tmp_path):
     # Float16 runs slowly on CPU: one step after the warm-up shows the loss scaled and the
-    # gradients allreduced.
-    mixed = run_horovod(tmp_path / "mixed", "--option", "mixed_precision=true", "--steps", 1,
-                        framework="tensorflow")
+    # gradients allreduced; a one-cell sweep, which times no references after it.
+    sweep = write_sweep(tmp_path / "mixed.yaml", devices=[2], steps=1, references="none",
+                        timeout_s=600, frameworks={"tensorflow": {
+                            "launchers": ["horovod"], "options": {"mixed_precision": True}}})
+    mixed = scaling_cli("sweep", sweep, "--out", tmp_path / "mixed")
     assert mixed.returncode == 0, mixed.stderr
     [record] = read_records(tmp_path / "mixed")
+    assert record["options"] == {"mixed_precision": True} and record["devices"] == 2
     assert record["status"] == "ok" and record["steps_timed"] == 1
     assert record["versions"]["keras"].startswith("2.")  # Keras 2 scales the loss by hand
     # Every rank refuses xla as it builds its strategy: one rank shows the refusal.
@@ -150,10 +168,11 @@ def test_tensorflow_under_horovod_runs_mixed_precision_and_refuses_xla_with_its_
 
 
 @pytest.mark.slow
-def test_timeline_option_writes_horovods_timeline_into_the_cell_folder(out_dir):
-    result = run_horovod(out_dir, "--option", "timeline=true")
+def test_timeline_option_writes_horovods_timeline_into_the_cell_folder(profiled_cell):
+    result, records = profiled_cell
     assert result.returncode == 0, result.stderr
-    [record] = read_records(out_dir)
+    [record] = records
+    assert record["options"] == {"timeline": True}
     events = json.loads((Path(record["log"]).parent / "horovod-timeline.json").read_text())
     assert {"NEGOTIATE_ALLREDUCE", "GLOO_ALLREDUCE"} <= {event.get("name") for event in events}
 
@@ -192,7 +211,7 @@ def test_two_fusion_thresholds_are_two_cells_each_naming_its_own(tmp_path, out_d
     cell's value. Under a minimum time, the ranks agree on the window's steps through Horovod's
     allreduce, outside the window."""
     sweep = write_sweep(tmp_path / "fusion.yaml", devices=[2], min_time_s=0.5,
-                        frameworks={"torch": {"launchers": ["horovod"]}})
+                        references="none", frameworks={"torch": {"launchers": ["horovod"]}})
     for threshold in ("0", "1048576", "0"):
         scaling_cli_ok("sweep", sweep, "--out", out_dir, "--resume",
                        env={**os.environ, "HOROVOD_FUSION_THRESHOLD": threshold})

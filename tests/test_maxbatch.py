@@ -31,11 +31,17 @@ CAP = "1.1GiB"
 # The base of a PyTorch rank takes nearly 1 GiB of the cap, and CIFAR-10 at 32x32 about 1.3 MB
 # a sample more: the edge is near 150 images at one device. Searches step by STEP.
 STEP = 64
-# Confirmations run a plain cell's 20 steps by default; these searches confirm with fewer.
-CONFIRM = (3, 1)
+# Confirmations run a plain cell's 20 steps after 5 of warm-up by default; these searches
+# confirm with two steps and no warm-up: as many steps as a trial (one after one of warm-up),
+# so that a confirmation reaches the peak of a trial's second step (PyTorch's optimizer state
+# is there from then on), and a split other than a trial's, so that each confirmation shows
+# that it ran the confirmations' steps and warm-up.
+CONFIRM = (2, 0)
 SEARCH = ("maxbatch", "--workload", "cifar10", "--image-size", 32, "--device-type", "cpu",
           "--memory-limit", CAP, "--timeout", 300,
           "--confirm-steps", CONFIRM[0], "--confirm-warmup", CONFIRM[1])
+# TensorFlow's allocator peak grows over a confirmation's steps: its confirmations run four.
+TF_CONFIRM = (3, 1)
 
 
 def read_maxbatch(out_dir):
@@ -53,10 +59,10 @@ def runs_by_batch(out_dir, devices=1, purpose="maxbatch"):
     return runs
 
 
-def assert_confirmed(out_dir, row, step):
+def assert_confirmed(out_dir, row, step, confirm=CONFIRM):
     """The answer fitted its trial and passed its last confirmations, at least two, each run
-    with the confirmations' steps; the smallest OOM ran out of memory on its last run; the search ended on
-    the answer's confirmations."""
+    with the confirmations' steps and warm-up ``confirm``; the smallest OOM ran out of memory
+    on its last run; the search ended on the answer's confirmations."""
     devices, best = int(row["devices"]), int(row["max_batch"])
     smallest_oom = int(row["min_oom_batch"])
     assert row["status"] == "ok" and smallest_oom >= best + step
@@ -68,7 +74,7 @@ def assert_confirmed(out_dir, row, step):
     mine = [r for r in read_records(out_dir) if r["devices"] == devices]
     assert [(r["purpose"], r["batch_size"]) for r in mine[-confirmations:]] == [
         ("confirmation", best)] * confirmations
-    assert all((r["steps"], r["warmup"]) == CONFIRM for r in mine[-confirmations:])
+    assert all((r["steps"], r["warmup"]) == confirm for r in mine[-confirmations:])
     oom_runs = runs.get(smallest_oom, []) + runs_by_batch(out_dir, devices, "confirmation").get(
         smallest_oom, [])
     assert oom_runs[-1] == "oom"
@@ -126,9 +132,10 @@ def test_found_batch_runs_and_the_next_size_up_runs_out_of_memory(killed_search)
 
 @pytest.mark.slow
 def test_a_trial_that_fails_otherwise_twice_stops_the_search_naming_its_batch(out_dir):
+    # Under single, the cheapest launcher: the search's retry is what is tested.
     env = {**os.environ, "SCALING_FAULT": "error@0:0"}
-    result = scaling_cli(*SEARCH, "--multiple-of", 8, "--devices", "1", "--steps", 1,
-                         "--warmup", 0, "--out", out_dir, env=env)
+    result = scaling_cli(*SEARCH, "--launcher", "single", "--multiple-of", 8, "--devices", "1",
+                         "--steps", 1, "--warmup", 0, "--out", out_dir, env=env)
     assert result.returncode == 1, result.stderr  # the search gave no answer
     row = read_maxbatch(out_dir)[1]
     assert (row["status"], row["failed_batch"], row["trials"]) == ("error", "8", "2")
@@ -158,8 +165,11 @@ def test_killed_search_resumes_without_repeating_a_trial(killed_search):
 @pytest.mark.slow
 def test_sweep_runs_at_the_found_batch_and_a_fraction_of_it(tmp_path, out_dir):
     # The search stops at its maximum, which fits: the sweep needs an answer, not the limit.
-    config = write_sweep(tmp_path / "max.yaml", batch_sizes=["max", "max*0.5"], image_size=32,
-                         steps=1, warmup=0, memory_limit=CAP,
+    # Under single, the cheapest launcher (what is tested is the sweep's use of the answer),
+    # and the sweep's cells time no references.
+    config = write_sweep(tmp_path / "max.yaml", frameworks={"torch": {"launchers": ["single"]}},
+                         batch_sizes=["max", "max*0.5"], image_size=32, steps=1, warmup=0,
+                         memory_limit=CAP, references="none",
                          maxbatch={"multiple_of": 8, "min": 48, "max": 64, "steps": 1,
                                    "warmup": 0})
     result = scaling_cli("sweep", config, "--out", out_dir)
@@ -201,16 +211,17 @@ def test_tensorflow_confirms_the_answer_and_the_smallest_oom_under_its_allocator
     # batch fits in one run and not in the next), and grows over a confirmation's steps (a batch
     # that fits a trial's one step may not fit four): whatever each run does, the answer must
     # have passed its confirmations and the smallest OOM run out of memory on its last run.
-    # The edge lies near 230 (1.5 MB a sample): a step of 64 brackets it in three trials.
+    # The edge lies near 235 (1.2 MB a sample; 192 peaked at 216 MB under the cap's 268 MB): a
+    # step of 64 from 192 brackets it in two trials.
     # tests/test_batchsearch.py drives a confirmation that fails near the edge.
     result = scaling_cli("maxbatch", "--framework", "tensorflow", "--launcher", "tf-mirrored",
                          "--workload", "cifar10", "--image-size", 32, "--device-type", "cpu",
                          "--memory-limit", "256MiB", "--timeout", 300, "--steps", 1,
-                         "--warmup", 0, "--min", 128, "--max", 256, "--multiple-of", 64,
-                         "--confirm-steps", CONFIRM[0], "--confirm-warmup", CONFIRM[1],
+                         "--warmup", 0, "--min", 192, "--max", 256, "--multiple-of", 64,
+                         "--confirm-steps", TF_CONFIRM[0], "--confirm-warmup", TF_CONFIRM[1],
                          "--out", out_dir)
     assert result.returncode == 0, result.stderr
-    assert_confirmed(out_dir, read_maxbatch(out_dir)[1], 64)
+    assert_confirmed(out_dir, read_maxbatch(out_dir)[1], 64, TF_CONFIRM)
     oom_records = [r for r in read_records(out_dir) if r["status"] == "oom"]
     assert all(r["oom_evidence"].startswith("framework error: ResourceExhaustedError")
                for r in oom_records)
@@ -223,15 +234,18 @@ def test_resnet50_at_the_edge_of_a_2gib_cap_finds_its_answer(out_dir):
     # failed allocation, the peak at the cap or the framework's own words, never a crash. One
     # thread, so that every allocation fails in the thread that reports it (with two, oneDNN's
     # can fail in a pool thread whose errno the rank never sees, and the trial stays an error).
-    # The edge moves with the code, so the bracket spans it and leaves out the confirmation runs.
+    # The edge moves with the code, so the bracket spans it and leaves out the confirmation runs:
+    # it lay between 116 and 120 (116 peaked at 2,132 MB under the cap's 2,147 MB, 6.9 MB a
+    # sample), which 108 to 124 brackets in four trials, with 70 MB to spare at 108 and 124
+    # some 40 MB over.
     make_trial = trial_factory(framework="torch", launcher="torchrun", workload="resnet50",
                                image_size=64, steps=1, warmup=1, device_type="cpu",
                                threads_per_device=1, memory_limit=parse_bytes("2GiB"),
                                timeout_s=600)
-    [found] = find_max_batches(make_trial, [1], 4, 100, 124, TrialRunner(out_dir),
+    [found] = find_max_batches(make_trial, [1], 4, 108, 124, TrialRunner(out_dir),
                                confirm=False)
     assert found.status == "ok"
-    assert 100 <= found.max_batch < 124 and found.min_oom_batch == found.max_batch + 4
+    assert 108 <= found.max_batch < 124 and found.min_oom_batch == found.max_batch + 4
     runs = runs_by_batch(out_dir)
     assert runs[found.max_batch] == ["ok"] and runs[found.min_oom_batch] == ["oom"]
     assert set(sum(runs.values(), [])) == {"ok", "oom"}

@@ -35,15 +35,22 @@ def run_mx(out_dir, workload="cifar10", devices=1, batch=8, size=32, steps=3, wa
     return record
 
 
+# Timed steps of the contexts sweep's cells, after one of warm-up.
+SWEEP_STEPS = 2
+
+
 @pytest.fixture(scope="module")
 def contexts_sweep(tmp_path_factory):
-    """One sweep of CIFAR-10 at 32x32 (its nominal size), batch 8, 4 steps, on 1 and 2 devices
-    under torchrun and mxnet-kvstore: its result and its records."""
+    """One sweep of CIFAR-10 at 32x32 (its nominal size), batch 8, 2 steps, on 1 and 2 devices
+    under mxnet-kvstore, and beside them one PyTorch cell (under ``single``, the cheapest
+    launcher: what it shows is a PyTorch row in the same report), with no references (nothing
+    here reads them): its result and its records."""
     folder = tmp_path_factory.mktemp("contexts")
     config = write_sweep(folder / "mixed.yaml", frameworks={
-        "torch": {"launchers": ["torchrun"]},
+        "torch": {"launchers": ["single"]},
         "mxnet": {"launchers": ["mxnet-kvstore"], "python": MXNET_PYTHON},
-    }, devices=[1, 2], batch_sizes=[8], image_size=32, steps=4, warmup=2, timeout_s=300)
+    }, devices=[1, 2], batch_sizes=[8], image_size=32, steps=SWEEP_STEPS, warmup=1,
+        references="none", timeout_s=300)
     result = scaling_cli("sweep", config, "--out", folder / "out")
     assert result.returncode == 0, result.stderr
     return result, read_records(folder / "out")
@@ -60,7 +67,7 @@ def test_cifar10_over_cpu_contexts(contexts_sweep, devices):
     [report] = rank_reports(record)
     assert report["contexts"] == devices
     assert report["kvstore"] == "local" and report["hybridized"]
-    check_images_per_sec(record, 8 * devices * 4)
+    check_images_per_sec(record, 8 * devices * SWEEP_STEPS)
 
 
 @pytest.mark.slow
@@ -127,19 +134,22 @@ def test_amp_runs_where_the_cpu_has_bf16_and_says_why_not_elsewhere(out_dir):
 @pytest.mark.slow
 def test_mixed_sweep_reports_torch_and_mxnet_rows(contexts_sweep):
     result, records = contexts_sweep
-    assert {(r["framework"], r["devices"], r["status"]) for r in records} == {
-        ("torch", 1, "ok"), ("torch", 2, "ok"), ("mxnet", 1, "ok"), ("mxnet", 2, "ok")}
+    assert sorted((r["framework"], r["launcher"], r["devices"], r["status"])
+                  for r in records) == [
+        ("mxnet", "mxnet-kvstore", 1, "ok"), ("mxnet", "mxnet-kvstore", 2, "ok"),
+        ("torch", "single", 1, "ok")]
     table_rows = [line for line in result.stdout.splitlines() if "│" in line]
     assert any("mxnet" in line and "mxnet-kvstore" in line for line in table_rows)
-    assert any("torch" in line and "torchrun" in line for line in table_rows)
+    assert any("torch" in line and "single" in line for line in table_rows)
 
 
 @pytest.mark.slow
 def test_missing_mxnet_environment_fails_fast_while_other_cells_run(tmp_path, out_dir):
+    # The other cell runs under single, the cheapest launcher.
     config = write_sweep(tmp_path / "missing.yaml", frameworks={
         "mxnet": {"launchers": ["mxnet-kvstore"], "python": str(tmp_path / "no-venv/bin/python")},
-        "torch": {"launchers": ["torchrun"]},
-    }, steps=1)
+        "torch": {"launchers": ["single"]},
+    }, steps=1, references="none")
     result = scaling_cli("sweep", config, "--out", out_dir)
     assert result.returncode == 3, result.stderr  # every cell ran; an environment is missing
     by_framework = {r["framework"]: r for r in read_records(out_dir)}

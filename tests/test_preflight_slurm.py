@@ -20,8 +20,7 @@ THRESHOLD = 30
 """The two nodes share this machine's two cores with whatever else runs, so the preflight with
 neither node slowed flags only at 30% below the fleet's median, beyond what sharing moves."""
 PREFLIGHT = ("preflight", "--backend", "slurm", "--nodes", 2, "--device-type", "cpu",
-             "--devices", 1, "--threads-per-device", 1, "--repeats", 2, "--threshold",
-             THRESHOLD, "--wait")
+             "--devices", 1, "--threads-per-device", 1, "--threshold", THRESHOLD, "--wait")
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +41,14 @@ def slowed_sweep(cluster, tmp_path_factory):
     """A sweep with ``--preflight`` while n2 is slowed: its output and its folder. The
     preflight the sweep runs first is the one ``scaling preflight`` runs (the same job, judged
     and printed by the same code), so the tests below read its verdict; whether a flagged node
-    makes ``scaling preflight`` exit 1 is a test of its own, against a baseline."""
+    makes ``scaling preflight`` exit 1 is a test of its own, against a baseline.
+
+    Its two cells, ``single`` (the launcher is not what is checked) at two batch sizes, each
+    take a whole node (the node's cores are their threads' default), so that they would run on
+    both nodes at once were n2 not kept out."""
     folder = tmp_path_factory.mktemp("slowed-sweep")
-    config = write_sweep(folder / "sweep.yaml", single_baseline=True, steps=2, warmup=1)
+    config = write_sweep(folder / "sweep.yaml", frameworks={"torch": {"launchers": ["single"]}},
+                         batch_sizes=[2, 4], steps=2, warmup=1)
     with cluster.slowed("n2", SLOW_SHARE):
         swept = scaling(cluster, "sweep", config, "--preflight", "--backend", "slurm", "--wait",
                         "--out", folder / "out")
@@ -69,21 +73,22 @@ def test_preflight_flags_the_slowed_node_alone(slowed_sweep):
 @pytest.mark.slow
 def test_preflight_passes_every_node_and_exits_1_once_one_is_below_its_baseline(cluster,
                                                                                 tmp_path):
-    passed = scaling(cluster, *PREFLIGHT, "--out", tmp_path / "fleet", "--save-baseline",
-                     tmp_path / "baseline.json")
+    passed = scaling(cluster, *PREFLIGHT, "--repeats", 2, "--out", tmp_path / "fleet",
+                     "--save-baseline", tmp_path / "baseline.json")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     verdict = json.loads((tmp_path / "fleet" / PREFLIGHT_FILE).read_text())
     assert verdict["flagged"] == [] and verdict["nodelist"] == "n1,n2"
 
     # n1 once had 100 times its memory bandwidth, and both nodes a tenth of their other
-    # figures: far enough that sharing the cores between the two checks moves no verdict.
+    # figures: far enough that sharing the cores between the two checks moves no verdict, and
+    # that one repeat of each figure judges as surely as the fleet's check needs two.
     baseline = json.loads((tmp_path / "baseline.json").read_text())
     for node in baseline["nodes"]:
         for name, figure in node["figures"].items():
             figure["value"] *= 100 if (node["host"], name) == ("n1", "triad_GBps") else 0.1
     (tmp_path / "faster.json").write_text(json.dumps(baseline))
-    judged = scaling(cluster, *PREFLIGHT, "--baseline", tmp_path / "faster.json",
-                     "--out", tmp_path / "judged")
+    judged = scaling(cluster, *PREFLIGHT, "--repeats", 1, "--baseline",
+                     tmp_path / "faster.json", "--out", tmp_path / "judged")
     assert judged.returncode == 1, judged.stdout + judged.stderr
     verdict = json.loads((tmp_path / "judged" / PREFLIGHT_FILE).read_text())
     assert (verdict["flagged"], verdict["nodelist"]) == (["n1"], "n2")
@@ -99,7 +104,7 @@ def test_a_two_node_cell_names_the_slowed_nodes_rank_as_its_straggler(cluster, t
     with cluster.slowed("n2", SLOW_SHARE):
         ran = scaling(cluster, "run", "--backend", "slurm", "--nodes", 2, "--devices", 1,
                       "--threads-per-device", 1, "--workload", "cifar10", "--image-size", 32,
-                      "--batch-size", 16, "--steps", 6, "--warmup", 2, "--device-type", "cpu",
+                      "--batch-size", 16, "--steps", 4, "--warmup", 1, "--device-type", "cpu",
                       "--wait", "--out", tmp_path)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     [record] = read_records(tmp_path)
@@ -114,5 +119,5 @@ def test_a_two_node_cell_names_the_slowed_nodes_rank_as_its_straggler(cluster, t
 def test_a_sweep_with_preflight_keeps_its_cells_off_the_slowed_node(slowed_sweep):
     _, out = slowed_sweep
     records = read_records(out)
-    assert [r["launcher"] for r in records].count("torchrun") == 1
+    assert sorted(r["batch_size"] for r in records) == [2, 4]
     assert {r["slurm"]["node_list"] for r in records} == {"n1"}

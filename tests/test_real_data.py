@@ -11,7 +11,8 @@ import os
 
 import pytest
 from click.testing import CliRunner
-from conftest import read_records, recorded_cell, scaling_cli, scaling_cli_ok, write_records
+from conftest import (read_records, recorded_cell, scaling_cli, scaling_cli_ok,
+                      scaling_in_process, write_records, write_sweep)
 from cpugroup import AHEAD_SHARES, cpu_group
 
 from scaling.cli import cli
@@ -19,38 +20,74 @@ from scaling.report.input import input_lines, verdict, with_input_verdicts
 from scaling.report.tables import with_scaling
 from scaling.sweep import expand, parse_sweep
 
-TINY = ("--workload", "cifar10", "--image-size", "32", "--batch-size", "4", "--steps", "4",
-        "--warmup", "2", "--device-type", "cpu", "--threads-per-device", "1")
+FRAMEWORK_LAUNCHERS = {"torch": ["torchrun"], "tensorflow": ["tf-mirrored"],
+                       "mxnet": ["mxnet-kvstore"], "jax": ["jax", "jax-distributed"]}
+"""The launchers of each framework that train on real images here, on one and two devices."""
+
+
+def make_data(out, *args) -> None:
+    """``scaling make-data OUT ARGS`` in this process (it starts no other)."""
+    made = scaling_in_process("make-data", out, *args)
+    assert made.returncode == 0, made.output
 
 
 @pytest.fixture(scope="module")
 def small_images(tmp_path_factory):
     """24 JPEGs of 96 px in 3 classes."""
     data = tmp_path_factory.mktemp("data") / "small"
-    scaling_cli_ok("make-data", data, "--images", 24, "--size", 96, "--classes", 3)
+    make_data(data, "--images", 24, "--size", 96, "--classes", 3)
     return data
+
+
+@pytest.fixture(scope="module")
+def real_images(small_images, tmp_path_factory):
+    """One sweep of tiny CIFAR-10 cells on ``small_images``, one loader worker each: every
+    launcher of ``FRAMEWORK_LAUNCHERS`` on one and on two devices of one thread, ended by its
+    report with the HTML page. Its output folder, the page, and each record by (framework,
+    launcher, devices)."""
+    folder = tmp_path_factory.mktemp("real")
+    sweep = write_sweep(folder / "sweep.yaml",
+                        frameworks={name: {"launchers": launchers}
+                                    for name, launchers in FRAMEWORK_LAUNCHERS.items()},
+                        devices=[1, 2], image_size=32, steps=4, warmup=2, threads_per_device=1,
+                        data=str(small_images), loader_workers=1, timeout_s=600,
+                        share_processes=False)  # each cell in its own processes, as a run's
+    out = folder / "out"
+    swept = scaling_cli("sweep", sweep, "--html", "--out", out, timeout=1800)
+    assert (out / "report.html").exists(), swept.stderr  # it ends with the report, ok or not
+    records = {(record["framework"], record["launcher"], record["devices"]): record
+               for record in read_records(out)}
+    return out, (out / "report.html").read_text(), records
+
+
+def input_rows(page: str, record) -> list:
+    """The rows of the page's real-data table that show ``record``'s device count and its
+    three figures side by side."""
+    table = page.split('<table class="input">')[1].split("</table>")[0]
+    figures = (f"<td>{record['devices']}</td><td>{record['images_per_sec']:,.1f}</td>"
+               f"<td>{record['synthetic_images_per_sec']:,.1f}</td>"
+               f"<td>{record['loader_images_per_sec']:,.1f}</td>")
+    return [row for row in table.split("<tr>") if figures in row]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("framework, launcher", [
-    ("torch", "torchrun"), ("tensorflow", "tf-mirrored"), ("mxnet", "mxnet-kvstore"),
-    ("jax", "jax"), ("jax", "jax-distributed")])
+    (framework, launcher) for framework, launchers in FRAMEWORK_LAUNCHERS.items()
+    for launcher in launchers])
 @pytest.mark.parametrize("devices", [1, 2])
 def test_each_framework_trains_on_real_images_on_one_and_two_devices(
-        small_images, tmp_path, framework, launcher, devices):
-    scaling_cli_ok("run", "--framework", framework, "--launcher", launcher, *TINY,
-                   "--devices", devices, "--data", small_images, "--loader-workers", 1,
-                   "--out", tmp_path)
-    [record] = read_records(tmp_path)
+        real_images, small_images, framework, launcher, devices):
+    out, page, records = real_images
+    record = records[framework, launcher, devices]
     assert record["status"] == "ok", record["error"]
     assert record["data"] == str(small_images) and record["loader_workers"] == 1
     assert record["steps_timed"] >= 20  # ten times the two batches its one worker holds ready
     assert record["timed_images"] == 4 * devices * record["steps_timed"]
     assert record["loader_images_per_sec"] > 0 and record["synthetic_images_per_sec"] > 0
-    scaling_cli_ok("report", tmp_path, "--html")
-    assert "Real data: the cell against the same steps on a synthetic batch" in \
-        (tmp_path / "report.html").read_text()
-    csv_header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    assert "Real data: the cell against the same steps on a synthetic batch" in page
+    # Its own row, under its curve's label, in the page's real-data table.
+    assert any(f" / {launcher}, batch 4" in row for row in input_rows(page, record))
+    csv_header = (out / "results.csv").read_text().splitlines()[0].split(",")
     for field in ("data", "loader_workers", "loader_images_per_sec",
                   "synthetic_images_per_sec", "input_bound"):
         assert field in csv_header
@@ -71,7 +108,8 @@ def verdict_of(tmp_path, data, group, *args):
     processes, by more than the verdict's margins between two figures."""
     scaling_cli_ok("run", *args, "--device-type", "cpu", "--threads-per-device", 1,
                    "--data", data, "--out", tmp_path, cpu_group=group)
-    scaling_cli_ok("report", tmp_path)
+    reported = scaling_in_process("report", tmp_path)  # reads the record: no pace of its own
+    assert reported.returncode == 0, reported.output
     [row] = [line for line in (tmp_path / "results.csv").read_text().splitlines()[1:]]
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
     return read_records(tmp_path)[0], dict(zip(header, row.split(",")))
@@ -81,7 +119,7 @@ def verdict_of(tmp_path, data, group, *args):
 def test_a_small_model_decoding_large_images_in_its_own_process_is_input_bound(tmp_path,
                                                                                ahead):
     data = tmp_path / "large"
-    scaling_cli_ok("make-data", data, "--images", 16, "--size", 2048, "--classes", 2)
+    make_data(data, "--images", 16, "--size", 2048, "--classes", 2)
     # Both phases decode in this process, so they run at nearly one pace (the pipeline alone
     # within 2% of the cell on a quiet machine): twelve steps each average over seconds.
     record, row = verdict_of(tmp_path / "run", data, ahead, "--workload", "mnist_mlp",
@@ -114,13 +152,29 @@ def test_a_data_folder_missing_here_is_a_one_line_error_before_anything_runs(tmp
     assert not (tmp_path / "run" / "results.jsonl").exists()
 
 
+@pytest.fixture(scope="module")
+def too_small_shards(small_images, tmp_path_factory):
+    """One sweep of a torch and a JAX cell on ``small_images`` (24 images) with batches of
+    32, each in one process: its exit status, and each record by framework."""
+    folder = tmp_path_factory.mktemp("shard")
+    sweep = write_sweep(folder / "sweep.yaml",
+                        frameworks={"torch": {"launchers": ["single"]},
+                                    "jax": {"launchers": ["jax"]}},
+                        batch_sizes=[32], image_size=32, steps=2, warmup=1,
+                        data=str(small_images), references="none", timeout_s=300,
+                        share_processes=False)
+    swept = scaling_cli("sweep", sweep, "--out", folder / "out")
+    assert (folder / "out" / "results.jsonl").exists(), swept.stderr
+    return swept.returncode, {record["framework"]: record
+                              for record in read_records(folder / "out")}
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax"])
-def test_a_shard_smaller_than_one_batch_is_an_error_not_an_endless_wait(small_images, tmp_path,
+def test_a_shard_smaller_than_one_batch_is_an_error_not_an_endless_wait(too_small_shards,
                                                                         framework):
-    result = scaling_cli("run", "--framework", framework, *TINY[:4], "--batch-size", 32, "--steps", 2, "--warmup", 1,
-                         "--device-type", "cpu", "--data", small_images, "--out", tmp_path)
-    assert result.returncode == 1
-    [record] = read_records(tmp_path)
+    returncode, records = too_small_shards
+    assert returncode == 1
+    record = records[framework]
     assert record["status"] == "error"
     assert "the shard holds fewer images than one batch" in record["error"]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import (check_images_per_sec, leftover_cell_processes, read_records, scaling_cli,
-                      scaling_cli_ok, write_sweep)
+from conftest import (check_images_per_sec, leftover_cell_processes, rank_reports, read_records,
+                      scaling_cli, scaling_cli_ok, write_sweep)
 
 from scaling.cell import make_cell
 from scaling.execute.trees import shareable
@@ -48,6 +48,11 @@ def test_cells_whose_launch_matches_run_in_turn_in_one_tree_per_kind(tmp_path):
         assert all(r["wall_breakdown"]["start"] < first["wall_breakdown"]["start"] +
                    first["wall_breakdown"]["build"] for r in later)
     assert len({tree_of(kind[0]) for kind in trees.values()}) == 3
+    # The three trees started together, in the first cell, each rank importing torch on its
+    # own: every rank of every kind was up before the sweep's first window.
+    first_window = min(report["start"] for report in rank_reports(records[0]))
+    assert all(report["process_started"] < first_window
+               for kind in trees.values() for report in rank_reports(kind[0]))
     # The trees ended with the sweep.
     assert not any(leftover_cell_processes(record) for record in records)
     assert not (out / "trees").exists()

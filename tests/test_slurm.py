@@ -1,14 +1,21 @@
 """Sweeps under a real Slurm cluster of two nodes on this machine: job arrays, cells that span
 nodes, states mapped to statuses, requeue, a killed submitter, hostile names that stay inert, a
 task that vanishes, and strict reading of what Slurm answers. Cancel and resume, and a
-controller that goes down, are the backends' contract (tests/test_backend_contract.py)."""
+controller that goes down, are the backends' contract (tests/test_backend_contract.py).
+
+The tests run in this file's order: those that need both nodes first, then those of one node,
+which run on n1 while a cell hangs on n2 past Slurm's smallest time limit (``one_node_jobs``),
+so that its minute passes beside them; the test that reads that cell comes last."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,12 +26,16 @@ from slurmcluster import SlurmCluster, missing_binaries, wait_until
 
 from scaling.cli import cli
 from scaling.schema import RECORD_FIELDS
-from scaling.slurm.queue import VANISH_GRACE_ENV
+from scaling.slurm.queue import ACTIVE, VANISH_GRACE_ENV
 from scaling.maxbatch.search import read_maxbatch_csv
 from scaling.slurm.submit import read_ledger
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "slurm" / "sweep.sbatch"
 HOSTILE = "a'; touch PWNED; echo '"
+SINGLE = {"torch": {"launchers": ["single"]}}
+"""The frameworks of a sweep whose one cell's launcher is no part of what its test shows: one
+process, no agent, no rendezvous."""
+HAS_JAX = importlib.util.find_spec("jax") is not None
 
 
 def start_cluster(root: Path, cpus_per_node: int = 2) -> SlurmCluster:
@@ -83,6 +94,27 @@ def task_states(cluster, out: Path) -> list:
     return cluster.run("squeue", "-h", "-r", f"--name={names}", "-o", "%T").stdout.split()
 
 
+def ended_job(cluster, job: str):
+    """``scontrol``'s line for ``job`` once it has ended, else None."""
+    shown = cluster.run("scontrol", "show", "job", "-o", job).stdout
+    state = re.search(r"\bJobState=(\S+)", shown)
+    return shown if state and state.group(1) not in ACTIVE else None
+
+
+def start_requeued(cluster, task: str, requeued: float) -> None:
+    """Start array task ``task``, requeued at ``requeued`` (``time.time()`` once ``scontrol
+    requeue`` returned), which Slurm holds for two minutes; call it once the first run's
+    processes are gone (started while they still ended, under load, the task once ended FAILED
+    without a record). A credential revoked by the requeue also revokes any issued within the
+    same second, so the second run begins 3 s after the requeue at the earliest: started at
+    once, slurmd refuses it. A start time of now has the controller schedule the task within
+    its batch delay, seconds; a start time still ahead waited for a later pass, up to half a
+    minute on."""
+    wait_until(lambda: time.time() >= requeued + 3, "3 s past the requeue")
+    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], check=True,
+                   env=cluster.env)
+
+
 def check_measured(record, batch: int, min_time: bool = False) -> None:
     """An ok record whose figure is the images the sweep asked for, the global ``batch`` over
     write_sweep's 3 steps (under a minimum time, the whole steps that filled it), over its
@@ -96,10 +128,12 @@ def check_measured(record, batch: int, min_time: bool = False) -> None:
 @pytest.fixture(scope="module")
 def two_node_sweep(cluster, tmp_path_factory):
     """One sweep, run once for the tests that read it: torchrun and tf-multiworker on one and
-    two nodes, in a folder and under a sweep name that are shell code."""
+    two nodes, in a folder and under a sweep name that are shell code. Throughput alone
+    (``references: none``): no test here reads the scaling model's fields."""
     root = tmp_path_factory.mktemp("hostile")
-    sweep = write_sweep(root / "sweep.yaml", name=HOSTILE, nodes=[1, 2], frameworks={
-        "torch": {"launchers": ["torchrun"]}, "tensorflow": {"launchers": ["tf-multiworker"]}})
+    sweep = write_sweep(root / "sweep.yaml", name=HOSTILE, nodes=[1, 2], references="none",
+                        frameworks={"torch": {"launchers": ["torchrun"]},
+                                    "tensorflow": {"launchers": ["tf-multiworker"]}})
     result = scaling_ok(cluster, "sweep", sweep, "--out", root / HOSTILE, "--backend", "slurm",
                         "--wait", cwd=root)
     return root, result
@@ -134,32 +168,45 @@ def test_hostile_names_stay_inert_on_a_real_cluster(two_node_sweep):
 @pytest.mark.slow
 def test_status_lists_every_recorded_cell(cluster, two_node_sweep):
     root, _ = two_node_sweep
-    assert "4 cells: 4 ok" in scaling_ok(cluster, "status", root / HOSTILE).stdout
+    assert "4 cells: 4 ok" in scaling_here(cluster, "status", root / HOSTILE).stdout
+
+
+@pytest.fixture(scope="module")
+def two_node_launchers(cluster, tmp_path_factory):
+    """One sweep over two nodes, run once for the tests that read it: horovod in every framework
+    that has it, and jax-distributed where JAX is installed (one job array, a task each);
+    throughput alone. Each test asserts on its own cells, so one launcher's failure fails its
+    own test only."""
+    root = tmp_path_factory.mktemp("launchers")
+    frameworks = {framework: {"launchers": ["horovod"]}
+                  for framework in ("torch", "tensorflow", "mxnet")}
+    if HAS_JAX:
+        frameworks["jax"] = {"launchers": ["jax-distributed"]}
+    sweep = write_sweep(root / "sweep.yaml", nodes=[2], references="none", frameworks=frameworks)
+    out = root / "out"
+    swept = scaling(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
+    return out, swept.stdout + swept.stderr + cell_logs([out])
 
 
 @pytest.mark.slow
-def test_horovod_cells_over_two_nodes_for_every_framework(cluster, tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], references="none", frameworks={
-        framework: {"launchers": ["horovod"]} for framework in ("torch", "tensorflow", "mxnet")})
-    out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
-    records = read_records(out)
+def test_horovod_cells_over_two_nodes_for_every_framework(two_node_launchers):
+    out, said = two_node_launchers
+    records = [r for r in read_records(out) if r["launcher"] == "horovod"]
     assert sorted((r["framework"], r["status"]) for r in records) == [
-        ("mxnet", "ok"), ("tensorflow", "ok"), ("torch", "ok")], [r["error"] for r in records]
+        ("mxnet", "ok"), ("tensorflow", "ok"), ("torch", "ok")], \
+        [r["error"] for r in records] + [said]
     for record in records:
         assert record["timed_images"] == 4 * 2 * record["steps_timed"]
         assert {n["node"] for n in record["slurm"]["nodes"]} == {"n1", "n2"}
 
 
 @pytest.mark.slow
-def test_a_jax_distributed_cell_over_two_nodes(cluster, tmp_path):
-    pytest.importorskip("jax", reason="JAX is not installed (pip install -e '.[jax]')")
-    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[2], references="none", frameworks={
-        "jax": {"launchers": ["jax-distributed"]}})
-    out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--wait")
-    [record] = read_records(out)
-    assert record["status"] == "ok", record["error"]
+@pytest.mark.skipif(not HAS_JAX, reason="JAX is not installed (pip install -e '.[jax]')")
+def test_a_jax_distributed_cell_over_two_nodes(two_node_launchers):
+    out, said = two_node_launchers
+    [record] = [r for r in read_records(out) if r["framework"] == "jax"]
+    assert record["launcher"] == "jax-distributed"
+    assert record["status"] == "ok", (record["error"], said)
     assert record["timed_images"] == 4 * 2 * record["steps_timed"]
     assert {n["node"] for n in record["slurm"]["nodes"]} == {"n1", "n2"}
     assert len(record["peak_memory_bytes_per_rank"]) == 2
@@ -178,48 +225,11 @@ def test_a_data_folder_the_nodes_cannot_read_fails_the_cell_before_training(clus
 
 
 @pytest.mark.slow
-def test_a_cell_past_its_time_limit_ends_as_timeout(cluster, tmp_path):
-    """Slurm's smallest time limit is a minute: the cell hangs past it."""
-    sweep = write_sweep(tmp_path / "sweep.yaml", timeout_s=3600)
-    out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm", "--time", "1",
-               "--wait", env={**cluster.env, "SCALING_FAULT": "hang@0:1"}, exit_code=1)
-    [record] = read_records(out)
-    assert record["status"] == "timeout"
-    assert "ended TIMEOUT" in record["error"]
-
-
-@pytest.mark.slow
-def test_a_task_requeued_while_it_runs_records_once_from_its_second_run(cluster, tmp_path):
-    """The cell's window lasts 10 s: the requeue comes well within its first run. Slurm holds
-    a requeued job for two minutes; the test lets it start again once the first run's
-    processes are gone (started while they still ended, under load, the task once ended FAILED
-    without a record). The window's steps are planned on the warm-up's pace: under the load of
-    a full test run its 6 ms steps ran up to ten times slower, so the cell's timeout is left
-    wide, as it is no part of what the test shows."""
-    sweep = write_sweep(tmp_path / "sweep.yaml", min_time_s=10, timeout_s=900)
-    out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, "--backend", "slurm")
-    wait_until(lambda: list(out.glob("cells/*/launcher.log")), "cell started")
-    [job] = read_ledger(out).values()
-    task = f"{job['job_id']}_0"
-    subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
-    wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued task pending")
-    wait_until(lambda: not processes_mentioning(out), "the first run's processes gone")
-    # A credential revoked by the requeue also revokes any issued within the same second, so
-    # the second run begins a few seconds on: started at once, slurmd refuses it.
-    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now+3"], check=True,
-                   env=cluster.env)
-    scaling_ok(cluster, "status", out, "--wait")
-    [record] = read_records(out)
-    check_measured(record, 4, min_time=True)
-    assert record["slurm"]["restart_count"] == 1
-
-
-@pytest.mark.slow
 def test_a_killed_submitter_loses_and_repeats_nothing(cluster, tmp_path):
-    """Killed as it submits its second array: before, while or after sbatch runs."""
-    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2])
+    """Killed as it submits its second array: before, while or after sbatch runs. Two
+    one-process cells of their own baselines, so two arrays, each pinned to a node."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", frameworks=SINGLE, batch_sizes=[2, 4],
+                        references="none")
     out = tmp_path / "out"
     submitter = subprocess.Popen(
         [sys.executable, "-m", "scaling", "sweep", str(sweep), "--out", str(out), "--backend",
@@ -233,8 +243,9 @@ def test_a_killed_submitter_loses_and_repeats_nothing(cluster, tmp_path):
                "--wait")
     cells = by_cell(read_records(out))
     assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
-    for [record] in cells.values():
-        check_measured(record, 4 * record["nodes"])
+    records = sorted((records[0] for records in cells.values()), key=lambda r: r["batch_size"])
+    for record, batch in zip(records, (2, 4)):
+        check_measured(record, batch)
 
 
 @pytest.mark.slow
@@ -287,48 +298,6 @@ def test_a_partition_without_nodes_is_a_one_line_infrastructure_error(cluster, t
     assert result.stderr.splitlines() == ["Error: Slurm lists no nodes in partition 'nowhere'"]
 
 
-@pytest.mark.slow
-def test_default_threads_come_from_the_compute_nodes_not_the_submitting_host(tmp_path):
-    """Nodes of one CPU, on a host of more: a cell that names no threads gets one. The curve's
-    one-node cell and its baseline, run before and after it, all run on one of the two nodes,
-    in that order."""
-    assert os.cpu_count() > 1
-    with start_cluster(tmp_path / "cluster", cpus_per_node=1) as small:
-        out = tmp_path / "out"
-        scaling_ok(small, "sweep", write_sweep(tmp_path / "sweep.yaml", single_baseline=True),
-                   "--out", out, "--backend", "slurm", "--wait")
-    records = read_records(out)
-    assert [(r["launcher"], r["repeat"]) for r in records] == [
-        ("single", 0), ("torchrun", 0), ("single", 1)]
-    assert {(r["threads_per_device"], r["threads_default"]) for r in records} == {(1, True)}
-    assert len({r["slurm"]["node_list"] for r in records}) == 1
-    assert {r["slurm"]["job_id"] for r in records} == {records[0]["slurm"]["job_id"]}
-
-
-@pytest.mark.slow
-def test_a_shared_cell_is_marked_and_flagged_for_another_job_on_its_node(cluster, tmp_path):
-    """A foreign job that keeps one core of node n1 busy; the cell, submitted --shared, takes
-    the other core of n1."""
-    busy = cluster.run("sbatch", "--parsable", "--nodelist=n1", "--cpus-per-task=1",
-                       f"--output={tmp_path / 'busy.out'}",
-                       f"--wrap=exec {sys.executable} -c 'while True: pass'")
-    assert busy.returncode == 0, busy.stderr
-    job = busy.stdout.strip()
-    try:
-        wait_until(lambda: cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
-                   == "RUNNING", "the foreign job running")
-        out = tmp_path / "out"
-        scaling_ok(cluster, "sweep", write_sweep(tmp_path / "sweep.yaml", threads_per_device=1),
-                   "--out", out, "--backend", "slurm", "--shared", "--sbatch-arg=--nodelist=n1",
-                   "--wait")
-    finally:
-        cluster.run("scancel", job)
-    [record] = read_records(out)
-    assert record["status"] == "ok"
-    assert not record["slurm"]["exclusive"] and record["slurm"]["other_jobs"] == [job]
-    assert record["noisy"] and f"other Slurm jobs ran on its nodes: {job}" in record["noise"]
-
-
 def test_slurm_backend_without_slurm_is_a_one_line_error(tmp_path):
     result = scaling_here(None, "sweep", write_sweep(tmp_path / "sweep.yaml"), "--out",
                           tmp_path / "out", "--backend", "slurm", exit_code=3,
@@ -344,29 +313,75 @@ def test_cells_on_several_nodes_need_a_scheduler(tmp_path):
     assert "cells on 2 nodes need a scheduler: use --backend slurm" in result.stderr
 
 
+def test_a_bad_max_batch_search_is_refused_before_anything_is_submitted(cluster, tmp_path):
+    result = scaling_here(cluster, "maxbatch", "--workload", "cifar10", "--devices", 1,
+                          "--out", tmp_path / "out", "--backend", "slurm", "--wait",
+                          exit_code=2)
+    assert "on CPU devices the search needs --memory-limit" in result.stderr
+    assert not (tmp_path / "out" / "slurm").exists()
+
+
+@pytest.fixture(scope="module")
+def one_node_jobs(cluster, tmp_path_factory):
+    """The file's jobs of one node, run once for the tests that read them: first a cell that
+    hangs past Slurm's smallest time limit, a minute, submitted to n2 and not waited for, then,
+    each waited for on n1 meanwhile, the example batch script's sweep and two max-batch
+    searches. The minute passes beside them and the one-node tests that follow;
+    ``test_a_cell_past_its_time_limit_ends_as_timeout``, last in the file, reads the cell.
+    Each entry: the folder, and for a job waited for, what it said."""
+    root = tmp_path_factory.mktemp("one-node")
+    jobs = {"hung": root / "hung"}
+    scaling_here(cluster, "sweep", write_sweep(root / "hung.yaml", frameworks=SINGLE,
+                                               timeout_s=3600),
+                 "--out", jobs["hung"], "--backend", "slurm", "--time", 1,
+                 "--sbatch-arg=--nodelist=n2", SCALING_FAULT="hang@0:1")
+
+    example = root / "example"
+    example.mkdir()
+    sweep = write_sweep(example / "sweep.yaml", frameworks=SINGLE, references="none")
+    # Not sbatch --wait: it looks 2, 10 and 42 s after submitting, then every 32 s, and a
+    # job of 16 s took it 42.
+    submitted = subprocess.run(["sbatch", "--parsable", f"--chdir={example}",
+                                f"--output={example}/%j.out", str(EXAMPLE), str(sweep),
+                                str(example / "out")],
+                               capture_output=True, text=True,
+                               env={**cluster.env, "SCALING_PYTHON": sys.executable})
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    jobs["example"] = (example, wait_until(lambda: ended_job(cluster, job),
+                                           f"job {job} ended", timeout=900))
+
+    # The search stops at its maximum, which fits: one trial, then the answer's confirmations.
+    out = root / "maxbatch"
+    jobs["maxbatch"] = (out, scaling(
+        cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16, "--devices", 1,
+        "--min", 4, "--max", 4, "--multiple-of", 4, "--steps", 1, "--warmup", 0,
+        "--confirm-steps", 2, "--confirm-warmup", 1, "--memory-limit", "1.5GiB",
+        "--out", out, "--backend", "slurm", "--wait"))
+
+    # Every trial fails other than by OOM.
+    out = root / "gave-up"
+    jobs["gave_up"] = (out, scaling(
+        cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16, "--devices", 1,
+        "--min", 4, "--max", 8, "--multiple-of", 4, "--steps", 1, "--warmup", 0,
+        "--memory-limit", "1.5GiB", "--out", out, "--backend", "slurm", "--wait",
+        env={**cluster.env, "SCALING_FAULT": "error@0:0"}))
+    return jobs
+
+
 @pytest.mark.slow
-def test_the_example_batch_script_runs_a_sweep_in_one_allocation(cluster, tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml")
-    out = tmp_path / "out"
-    ran = subprocess.run(["sbatch", "--wait", f"--chdir={tmp_path}",
-                          f"--output={tmp_path}/%j.out", str(EXAMPLE), str(sweep), str(out)],
-                         capture_output=True, text=True,
-                         env={**cluster.env, "SCALING_PYTHON": sys.executable})
-    assert ran.returncode == 0, ran.stderr + "".join(
-        path.read_text() for path in tmp_path.glob("*.out"))
-    [record] = read_records(out)
+def test_the_example_batch_script_runs_a_sweep_in_one_allocation(one_node_jobs):
+    folder, ended = one_node_jobs["example"]
+    assert "JobState=COMPLETED" in ended and "ExitCode=0:0" in ended, ended + "".join(
+        path.read_text() for path in folder.glob("*.out"))
+    [record] = read_records(folder / "out")
     check_measured(record, 4)
 
 
 @pytest.mark.slow
-def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
-    out = tmp_path / "out"
-    # The search stops at its maximum, which fits: one trial, then the answer's confirmations.
-    result = scaling_ok(cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16,
-                        "--devices", 1, "--min", 4, "--max", 4, "--multiple-of", 4,
-                        "--steps", 1, "--warmup", 0, "--confirm-steps", 2,
-                        "--confirm-warmup", 1, "--memory-limit", "1.5GiB",
-                        "--out", out, "--backend", "slurm", "--wait")
+def test_a_max_batch_search_runs_as_one_job(one_node_jobs):
+    out, result = one_node_jobs["maxbatch"]
+    assert result.returncode == 0, result.stdout + result.stderr + cell_logs([out])
     assert "ended COMPLETED" in result.stdout
     trials = read_records(out)
     assert {r["purpose"] for r in trials} == {"maxbatch", "confirmation"}
@@ -375,23 +390,90 @@ def test_a_max_batch_search_runs_as_one_job(cluster, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_max_batch_search_that_gives_up_under_slurm_exits_1(cluster, tmp_path):
+def test_a_max_batch_search_that_gives_up_under_slurm_exits_1(one_node_jobs):
     """Every trial fails other than by OOM: the job's search gives up on its first batch, and
     the submitter, reading the job's table, exits as a local search would."""
-    out = tmp_path / "out"
-    result = scaling_ok(cluster, "maxbatch", "--workload", "cifar10", "--image-size", 16,
-                        "--devices", 1, "--min", 4, "--max", 8, "--multiple-of", 4, "--steps", 1,
-                        "--warmup", 0, "--memory-limit", "1.5GiB", "--out", out, "--backend",
-                        "slurm", "--wait", env={**cluster.env, "SCALING_FAULT": "error@0:0"},
-                        exit_code=1)
+    out, result = one_node_jobs["gave_up"]
+    assert result.returncode == 1, result.stdout + result.stderr + cell_logs([out])
     assert "ended FAILED" in result.stdout
     [row] = read_maxbatch_csv(out)
     assert (row["status"], row["failed_batch"], row["trials"]) == ("error", "4", "2")
 
 
-def test_a_bad_max_batch_search_is_refused_before_anything_is_submitted(cluster, tmp_path):
-    result = scaling_here(cluster, "maxbatch", "--workload", "cifar10", "--devices", 1,
-                          "--out", tmp_path / "out", "--backend", "slurm", "--wait",
-                          exit_code=2)
-    assert "on CPU devices the search needs --memory-limit" in result.stderr
-    assert not (tmp_path / "out" / "slurm").exists()
+@pytest.mark.slow
+def test_a_task_requeued_while_it_runs_records_once_from_its_second_run(cluster, tmp_path):
+    """The cell's window lasts 3 s, after its interpreter and framework start: the requeue,
+    as soon as the cell has started, comes well within its first run. The second run starts
+    as ``start_requeued`` says. The window's steps are planned on the warm-up's pace: under the
+    load of a full test run its 6 ms steps ran up to ten times slower, so the cell's timeout is
+    left wide, as it is no part of what the test shows."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", frameworks=SINGLE, min_time_s=3,
+                        timeout_s=900, references="none")
+    out = tmp_path / "out"
+    scaling_here(cluster, "sweep", sweep, "--out", out, "--backend", "slurm")
+    wait_until(lambda: list(out.glob("cells/*/launcher.log")), "cell started")
+    [job] = read_ledger(out).values()
+    task = f"{job['job_id']}_0"
+    subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
+    requeued = time.time()
+    wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued task pending")
+    wait_until(lambda: not processes_mentioning(out), "the first run's processes gone")
+    start_requeued(cluster, task, requeued)
+    scaling_ok(cluster, "status", out, "--wait")
+    [record] = read_records(out)
+    check_measured(record, 4, min_time=True)
+    assert record["slurm"]["restart_count"] == 1
+
+
+@pytest.mark.slow
+def test_a_shared_cell_is_marked_and_flagged_for_another_job_on_its_node(cluster, tmp_path):
+    """A foreign job that holds one core of node n1 (asleep: what marks the cell is Slurm's
+    word that another job runs there); the cell, submitted --shared, takes the other core."""
+    busy = cluster.run("sbatch", "--parsable", "--nodelist=n1", "--cpus-per-task=1",
+                       f"--output={tmp_path / 'busy.out'}", "--wrap=exec sleep 3600")
+    assert busy.returncode == 0, busy.stderr
+    job = busy.stdout.strip()
+    try:
+        wait_until(lambda: cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+                   == "RUNNING", "the foreign job running")
+        out = tmp_path / "out"
+        scaling_ok(cluster, "sweep", write_sweep(tmp_path / "sweep.yaml", frameworks=SINGLE,
+                                                 threads_per_device=1, references="none"),
+                   "--out", out, "--backend", "slurm", "--shared", "--sbatch-arg=--nodelist=n1",
+                   "--wait")
+    finally:
+        cluster.run("scancel", job)
+    [record] = read_records(out)
+    assert record["status"] == "ok"
+    assert not record["slurm"]["exclusive"] and record["slurm"]["other_jobs"] == [job]
+    assert record["noisy"] and f"other Slurm jobs ran on its nodes: {job}" in record["noise"]
+
+
+@pytest.mark.slow
+def test_default_threads_come_from_the_compute_nodes_not_the_submitting_host(tmp_path):
+    """Nodes of one CPU, on a host of more: a cell that names no threads gets one. The curve's
+    one-node cell and its baseline, run before and after it, all run on one of the two nodes,
+    in that order."""
+    assert os.cpu_count() > 1
+    with start_cluster(tmp_path / "cluster", cpus_per_node=1) as small:
+        out = tmp_path / "out"
+        scaling_ok(small, "sweep", write_sweep(tmp_path / "sweep.yaml", single_baseline=True,
+                                               references="none"),
+                   "--out", out, "--backend", "slurm", "--wait")
+    records = read_records(out)
+    assert [(r["launcher"], r["repeat"]) for r in records] == [
+        ("single", 0), ("torchrun", 0), ("single", 1)]
+    assert {(r["threads_per_device"], r["threads_default"]) for r in records} == {(1, True)}
+    assert len({r["slurm"]["node_list"] for r in records}) == 1
+    assert {r["slurm"]["job_id"] for r in records} == {records[0]["slurm"]["job_id"]}
+
+
+@pytest.mark.slow
+def test_a_cell_past_its_time_limit_ends_as_timeout(cluster, one_node_jobs):
+    """Slurm's smallest time limit is a minute: the cell hangs past it (on n2, since the start
+    of ``one_node_jobs``)."""
+    out = one_node_jobs["hung"]
+    scaling_ok(cluster, "status", out, "--wait", exit_code=1)
+    [record] = read_records(out)
+    assert record["status"] == "timeout"
+    assert "ended TIMEOUT" in record["error"]

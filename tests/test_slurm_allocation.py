@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import processes_mentioning, read_records, scaling_in_process, write_sweep
+from cpugroup import AHEAD_SHARES
 from slurmcluster import wait_until
-from test_slurm import (by_cell, cluster, own_cluster, scaling, scaling_ok,  # noqa: F401
-                        task_states)
+from test_slurm import (SINGLE, by_cell, cluster, own_cluster, scaling_here,  # noqa: F401
+                        scaling_ok, start_requeued, task_states)
 
 from scaling.execute.preflight import PREFLIGHT_FILE
 from scaling.report.tables import with_scaling
@@ -22,6 +24,11 @@ from scaling.slurm.queue import VANISH_GRACE_ENV
 from scaling.slurm.submit import read_ledger, steps_started
 
 ONE = ("--backend", "slurm", "--one-allocation")
+SLOW_SHARE = 0.4
+"""The slowed node's quota, two fifths of a core. The other node runs ahead of the machine's
+other work meanwhile (ten times its weight, tests/cpugroup.py), so that whatever else loads the
+machine it has well over twice that; the preflight flags a figure more than 10% below the two
+nodes' median, one under 0.82 of the other node's."""
 
 
 def jobs_named(cluster, name: str) -> list:
@@ -39,7 +46,8 @@ def only_allocation(out: Path) -> dict:
 @pytest.mark.slow
 def test_a_sweep_over_one_and_two_nodes_runs_in_one_job_a_curve_on_the_same_nodes(cluster,
                                                                                   tmp_path):
-    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2], single_baseline=True)
+    sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2], single_baseline=True,
+                        references="none")
     out = tmp_path / "out"
     swept = scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE, "--wait")
     assert "4 submitted in one allocation of 2 node(s)" in swept.stdout
@@ -66,7 +74,7 @@ def test_a_sweep_over_one_and_two_nodes_runs_in_one_job_a_curve_on_the_same_node
             assert slurm["node_list"] == first
             assert [n["node"] for n in slurm["nodes"]] == [first]
     assert steps_started(out, name) == [r["cell"] for r in records]
-    assert "4 cells: 4 ok" in scaling_ok(cluster, "status", out).stdout
+    assert "4 cells: 4 ok" in scaling_here(cluster, "status", out).stdout
     # Every point names the hosts its baseline ran on: the 1-node cells' own host.
     one_node_hosts = sorted({host for r in records if r["nodes"] == 1 for host in r["hosts"]})
     assert len(one_node_hosts) == 1
@@ -76,14 +84,17 @@ def test_a_sweep_over_one_and_two_nodes_runs_in_one_job_a_curve_on_the_same_node
 
 @pytest.mark.slow
 def test_a_cancelled_allocation_keeps_its_records_and_resume_runs_the_rest(cluster, tmp_path):
-    # One thread per device: two on this 2-core machine, beside another test's busy process,
-    # can collapse until the cell times out, and this test is about the records, not the pace.
-    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 3, 4], min_time_s=4,
-                        threads_per_device=1)
+    """Cancelled, from this process, as soon as its first cell is recorded: the cells after it,
+    each an interpreter and a framework to start, are far from recorded then, so the resume
+    has some to run. One thread per device: two on this 2-core machine, beside another test's
+    busy process, can collapse until the cell times out, and this test is about the records,
+    not the pace."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", frameworks=SINGLE, batch_sizes=[2, 3, 4],
+                        threads_per_device=1, references="none")
     out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE)
+    scaling_here(cluster, "sweep", sweep, "--out", out, *ONE)
     wait_until(lambda: (out / "results.jsonl").exists(), "first record")
-    cancelled = scaling_ok(cluster, "cancel", out)
+    cancelled = scaling_here(cluster, "cancel", out)
     done = read_records(out)
     assert done and all(record["status"] == "ok" for record in done)
     assert f"{3 - len(done)} not_run" in cancelled.stdout
@@ -94,7 +105,7 @@ def test_a_cancelled_allocation_keeps_its_records_and_resume_runs_the_rest(clust
     cells = by_cell(read_records(out))
     assert len(cells) == 3 and all(len(records) == 1 for records in cells.values())
     assert {records[0]["status"] for records in cells.values()} == {"ok"}
-    assert "3 cells: 3 ok" in scaling_ok(cluster, "status", out).stdout
+    assert "3 cells: 3 ok" in scaling_here(cluster, "status", out).stdout
 
 
 @pytest.mark.slow
@@ -102,13 +113,17 @@ def test_a_controller_outage_in_an_allocation_invents_nothing(own_cluster, tmp_p
     """slurmctld stops while the allocation's first cell runs and stays down until that cell
     has measured: ``status`` exits 3 and records nothing, ``status --wait`` rides the outage
     out, and every cell ends with its own record. A zero vanish grace makes any poll that missed
-    the allocation after the restart record it, so the test would see it."""
+    the allocation after the restart record it, so the test would see it. The outage lasts
+    as long as the conditions above take, whatever the cell's window: a cell records only once
+    it has asked the controller for the other jobs on its nodes, so none can record while it is
+    down; its 3 s window, after its interpreter and framework start, only keeps it from
+    recording before the controller stops."""
     cluster = own_cluster
     env = {**cluster.env, VANISH_GRACE_ENV: "0"}
-    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4], min_time_s=8,
-                        threads_per_device=1)
+    sweep = write_sweep(tmp_path / "sweep.yaml", frameworks=SINGLE, batch_sizes=[2, 4],
+                        min_time_s=3, threads_per_device=1, references="none")
     out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE, env=env)
+    scaling_here(cluster, "sweep", sweep, "--out", out, *ONE, **{VANISH_GRACE_ENV: "0"})
     [name] = read_ledger(out)
     wait_until(lambda: steps_started(out, name)
                and (out / "cells" / steps_started(out, name)[0] / "launcher.log").exists(),
@@ -116,8 +131,7 @@ def test_a_controller_outage_in_an_allocation_invents_nothing(own_cluster, tmp_p
     first = out / "cells" / steps_started(out, name)[0]
     cluster.stop_controller()
     try:
-        down = scaling(cluster, "status", out, env=env)
-        assert down.returncode == 3, down.stdout + down.stderr
+        down = scaling_here(cluster, "status", out, exit_code=3, **{VANISH_GRACE_ENV: "0"})
         assert down.stderr.startswith("Error: could not ask the Slurm controller")
         assert not (out / "results.jsonl").exists()
         log = tmp_path / "wait.log"
@@ -165,23 +179,24 @@ def test_the_allocation_asks_for_each_cells_time():
 
 @pytest.mark.slow
 def test_a_requeued_allocation_goes_on_and_records_each_cell_once(cluster, tmp_path):
-    """Requeued while its first cell runs (a 10 s window): the allocation starts again once the
-    first run's processes are gone, runs that cell again and the next, and records each
-    once. The cells' timeout is left wide: under a full test run's load their windows' steps,
-    planned on the warm-up's pace, ran many times slower, and the timeout is no part of what
-    the test shows."""
-    sweep = write_sweep(tmp_path / "sweep.yaml", batch_sizes=[2, 4], min_time_s=10,
-                        timeout_s=900)
+    """Requeued as soon as its first cell has started (a 3 s window after its interpreter and
+    framework start): the allocation starts again once the first run's processes are gone
+    (``start_requeued``), runs that cell again and the next, and records each once. The cells'
+    timeout is left wide: under a full test run's load their windows' steps, planned on the
+    warm-up's pace, ran many times slower, and the timeout is no part of what the test
+    shows."""
+    sweep = write_sweep(tmp_path / "sweep.yaml", frameworks=SINGLE, batch_sizes=[2, 4],
+                        min_time_s=3, timeout_s=900, references="none")
     out = tmp_path / "out"
-    scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE)
+    scaling_here(cluster, "sweep", sweep, "--out", out, *ONE)
     wait_until(lambda: list(out.glob("cells/*/launcher.log")), "first cell started")
     job = only_allocation(out)
     task = f"{job['job_id']}_0"
     subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
+    requeued = time.time()
     wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued allocation pending")
     wait_until(lambda: not processes_mentioning(out), "the first run's processes gone")
-    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now+3"], check=True,
-                   env=cluster.env)
+    start_requeued(cluster, task, requeued)
     scaling_ok(cluster, "status", out, "--wait")
     cells = by_cell(read_records(out))
     assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())
@@ -195,16 +210,16 @@ def test_a_requeued_allocation_goes_on_and_records_each_cell_once(cluster, tmp_p
 @pytest.mark.slow
 def test_a_preflight_inside_the_allocation_keeps_the_cells_off_a_slowed_node(cluster,
                                                                              tmp_path):
-    """n2 under a fifth of a core: the preflight, the allocation's first step, flags it; the
-    one-node cells run on n1 and the two-node cell, with no second good node, is left unrun
-    for --resume."""
+    """n2 slowed (``SLOW_SHARE``), n1 ahead: the preflight, the allocation's first step, flags
+    n2; the one-node cells run on n1 and the two-node cell, with no second good node, is left
+    unrun for --resume."""
     sweep = write_sweep(tmp_path / "sweep.yaml", nodes=[1, 2], steps=2, warmup=1)
     out = tmp_path / "out"
-    with cluster.slowed("n2", 0.2):
+    with cluster.grouped("n1", "ahead", shares=AHEAD_SHARES), cluster.slowed("n2", SLOW_SHARE):
         scaling_ok(cluster, "sweep", sweep, "--out", out, *ONE, "--preflight", "--wait",
                    exit_code=1)
     assert json.loads((out / PREFLIGHT_FILE).read_text())["flagged"] == ["n2"]
     [record] = read_records(out)
     assert (record["nodes"], record["status"]) == (1, "ok")
     assert record["slurm"]["node_list"] == "n1"
-    assert "1 not_run" in scaling_ok(cluster, "status", out).stdout
+    assert "1 not_run" in scaling_here(cluster, "status", out).stdout

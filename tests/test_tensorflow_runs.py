@@ -34,16 +34,22 @@ def run_tf(out_dir, launcher, workload="cifar10", devices=1, batch=8, size=32, s
     return record
 
 
+# Timed steps of the launcher sweep's cells, after one of warm-up.
+SWEEP_STEPS = 2
+
+
 @pytest.fixture(scope="module")
 def launcher_sweep(tmp_path_factory):
-    """One sweep of CIFAR-10 at 32x32 (its nominal size), batch 8, 4 steps, on 1 and 2 devices
-    under torchrun and both TensorFlow launchers: its result and its records by (launcher,
-    devices)."""
+    """One sweep of CIFAR-10 at 32x32 (its nominal size), batch 8, 2 steps, on 1 and 2 devices
+    under both TensorFlow launchers, and beside them one PyTorch cell (under ``single``, the
+    cheapest launcher: what it shows is a PyTorch row in the same report), with no references
+    (nothing here reads them): its result and its records by (launcher, devices)."""
     folder = tmp_path_factory.mktemp("launchers")
     config = write_sweep(folder / "mixed.yaml", frameworks={
-        "torch": {"launchers": ["torchrun"]},
+        "torch": {"launchers": ["single"]},
         "tensorflow": {"launchers": LAUNCHERS},
-    }, devices=[1, 2], batch_sizes=[8], image_size=32, steps=4, warmup=2, timeout_s=300)
+    }, devices=[1, 2], batch_sizes=[8], image_size=32, steps=SWEEP_STEPS, warmup=1,
+        references="none", timeout_s=300)
     result = scaling_cli("sweep", config, "--out", folder / "out")
     assert result.returncode == 0, result.stderr
     records = read_records(folder / "out")
@@ -63,7 +69,7 @@ def test_cifar10_under_each_launcher(launcher_sweep, launcher, devices):
     reports = rank_reports(record)
     assert len(reports) == (1 if launcher == "tf-mirrored" else devices)
     assert sum(r["replicas"] for r in reports[:1]) == devices
-    check_images_per_sec(record, 8 * 4 * devices)
+    check_images_per_sec(record, 8 * SWEEP_STEPS * devices)
 
 
 @pytest.mark.slow
@@ -72,38 +78,71 @@ def test_mixed_sweep_reports_torch_and_tensorflow_side_by_side(launcher_sweep):
     assert sorted((r["framework"], r["launcher"], r["devices"]) for r in records) == [
         ("tensorflow", "tf-mirrored", 1), ("tensorflow", "tf-mirrored", 2),
         ("tensorflow", "tf-multiworker", 1), ("tensorflow", "tf-multiworker", 2),
-        ("torch", "torchrun", 1), ("torch", "torchrun", 2)]
+        ("torch", "single", 1)]
     assert all(r["status"] == "ok" for r in records)
     table_rows = [line for line in result.stdout.splitlines() if "│" in line]
-    assert any("torch" in line and "torchrun" in line for line in table_rows)
+    assert any("torch" in line and "single" in line for line in table_rows)
     assert any("tensorflow" in line and "tf-mirrored" in line for line in table_rows)
     assert any("tensorflow" in line and "tf-multiworker" in line for line in table_rows)
 
 
+def sweep_records(folder, sweeps, cpu_group=None) -> list:
+    """Run each sweep of ``sweeps`` (a name -> its ``write_sweep`` overrides) into its own
+    folder under ``folder`` (in ``cpu_group``, where given): every record. Each sweep exits 0
+    when its every cell is ok, else 1."""
+    records = []
+    for name, overrides in sweeps.items():
+        config = write_sweep(folder / f"{name}.yaml", **overrides)
+        result = scaling_cli("sweep", config, "--out", folder / name, cpu_group=cpu_group)
+        assert result.returncode in (0, 1), result.stderr
+        ran = read_records(folder / name)
+        assert result.returncode == (0 if all(r["status"] == "ok" for r in ran) else 1)
+        records += ran
+    return records
+
+
+IMAGENET_SIZES = {"alexnet": 63, "googlenet": 32, "resnet50": 32, "inception_v3": 75}
+
+
+@pytest.fixture(scope="module")
+def imagenet_records(tmp_path_factory):
+    """Each ImageNet workload trained at a small size, batch 2, one step after one of warm-up:
+    one sweep per size (GoogLeNet and ResNet-50 share one), under ``single`` (the network is
+    what is tested, not the strategy) with no references; the records by workload."""
+    sizes = sorted(set(IMAGENET_SIZES.values()))
+    records = sweep_records(tmp_path_factory.mktemp("imagenet"), {
+        f"size{size}": dict(
+            frameworks={"tensorflow": {"launchers": ["single"]}}, batch_sizes=[2],
+            workloads=[w for w, s in IMAGENET_SIZES.items() if s == size], image_size=size,
+            steps=1, warmup=1, references="none", timeout_s=300)
+        for size in sizes})
+    return {record["workload"]: record for record in records}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("workload, size", [
-    ("alexnet", 63), ("googlenet", 32), ("resnet50", 32), ("inception_v3", 75),
-])
-def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size):
-    record = run_tf(out_dir, "tf-mirrored", workload=workload, batch=2, size=size, steps=1,
-                    warmup=1)
+@pytest.mark.parametrize("workload, size", IMAGENET_SIZES.items())
+def test_each_imagenet_workload_trains_at_a_small_size(imagenet_records, workload, size):
+    record = imagenet_records[workload]
     assert record["status"] == "ok", record["error"]
     assert record["image_size"] == size
 
 
 @pytest.mark.slow
-def test_a_cpu_device_of_one_thread_keeps_to_one_core(out_dir):
+def test_a_cpu_device_of_one_thread_keeps_to_one_core(tmp_path):
     # GoogLeNet's inception branches give TensorFlow ops to run side by side: with two inter-op
     # threads this cell used 1.6 cores. The cell runs in a CPU group ahead of the neighbouring
-    # tests (where one can be made), so that it gets every core it asks for.
+    # tests (where one can be made), so that it gets every core it asks for. A one-cell sweep
+    # with no references: its warm-up and window are what the telemetry samples.
     with contextlib.ExitStack() as stack:
         try:
             group = stack.enter_context(cpu_group(f"scaling-ahead-{os.getpid()}-tf-threads",
                                                   shares=AHEAD_SHARES))
         except pytest.skip.Exception:
             group = None
-        record = run_tf(out_dir, "single", workload="googlenet", size=32, steps=1, warmup=1,
-                        extra=("--threads-per-device", 1, "--min-time", 1.5), cpu_group=group)
+        [record] = sweep_records(tmp_path, {"threads": dict(
+            frameworks={"tensorflow": {"launchers": ["single"]}}, workloads=["googlenet"],
+            batch_sizes=[8], image_size=32, steps=1, warmup=1, threads_per_device=1,
+            min_time_s=1.5, references="none", timeout_s=300)}, cpu_group=group)
     assert record["status"] == "ok", record["error"]
     assert record["threads_per_device"] == 1
     [report] = rank_reports(record)
@@ -147,13 +186,22 @@ def test_keras_workloads_match_pytorch_parameter_counts_within_one_percent():
     assert keras_counts["mnist_mlp"] == torch_counts["mnist_mlp"] == 2_797_010
 
 
+@pytest.fixture(scope="module")
+def capped_records(tmp_path_factory):
+    """One sweep of a cell over two devices under each launcher with 128 MiB per device, which
+    holds the model but not the activations of 256 images per replica (the first
+    convolution's output alone is 64 MiB): the records by launcher."""
+    records = sweep_records(tmp_path_factory.mktemp("capped"), {"capped": dict(
+        frameworks={"tensorflow": {"launchers": LAUNCHERS}}, devices=[2], batch_sizes=[256],
+        image_size=32, steps=1, warmup=1, memory_limit="128MiB", references="none",
+        timeout_s=300)})
+    return {record["launcher"]: record for record in records}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_allocation_over_the_memory_cap_is_oom(out_dir, launcher):
-    # 128 MiB per device holds the model but not the activations of 256 images per replica
-    # (the first convolution's output alone is 64 MiB).
-    record = run_tf(out_dir, launcher, devices=2, batch=256, steps=1, warmup=1,
-                    extra=("--memory-limit", "128MiB"))
+def test_allocation_over_the_memory_cap_is_oom(capped_records, launcher):
+    record = capped_records[launcher]
     assert record["status"] == "oom"
     assert "ResourceExhaustedError" in record["error"]
     assert "OOM when allocating tensor" in record["error"]
@@ -171,11 +219,27 @@ def test_killed_multiworker_rank_is_recorded_as_crashed_without_leftovers(out_di
     assert leftover_cell_processes(record) == []
 
 
+OPTION_CELLS = {"xla": {"xla": True}, "mixed_precision": {"mixed_precision": True},
+                "both": {"xla": True, "mixed_precision": True}}
+
+
+@pytest.fixture(scope="module")
+def option_records(tmp_path_factory):
+    """One sweep of a tiny cell under each of OPTION_CELLS' options, a variant of TensorFlow
+    each, under ``single`` (the options are TensorFlow's, not a launcher's) with no
+    references: the records by variant."""
+    records = sweep_records(tmp_path_factory.mktemp("options"), {"options": dict(
+        frameworks={f"tensorflow@{name}": {"framework": "tensorflow", "launchers": ["single"],
+                                           "options": options}
+                    for name, options in OPTION_CELLS.items()},
+        batch_sizes=[2], image_size=16, steps=1, warmup=1, references="none", timeout_s=300)})
+    return {record["variant"].partition("@")[2]: record for record in records}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("option", ["xla", "mixed_precision"])
-def test_xla_and_mixed_precision_are_recorded(out_dir, option):
-    record = run_tf(out_dir, "tf-mirrored", batch=2, size=16, steps=1, warmup=1,
-                    extra=("--option", f"{option}=true"))
+def test_xla_and_mixed_precision_are_recorded(option_records, option):
+    record = option_records[option]
     assert record["status"] == "ok", record["error"]
     assert record["options"] == {option: True}
     [report] = rank_reports(record)
@@ -184,9 +248,9 @@ def test_xla_and_mixed_precision_are_recorded(out_dir, option):
 
 
 @pytest.mark.slow
-def test_xla_with_mixed_precision_on_cpu_is_an_error_with_the_reason(out_dir):
-    record = run_tf(out_dir, "tf-mirrored", batch=2, size=16, steps=1, warmup=1,
-                    extra=("--option", "xla=true", "--option", "mixed_precision=true"))
+def test_xla_with_mixed_precision_on_cpu_is_an_error_with_the_reason(option_records):
+    record = option_records["both"]
+    assert record["options"] == {"xla": True, "mixed_precision": True}
     assert record["status"] == "error"
     assert "xla and mixed_precision together do not run on CPU" in record["error"]
 

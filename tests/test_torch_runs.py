@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from conftest import check_images_per_sec, rank_reports, read_records, scaling_cli
+from conftest import (check_images_per_sec, rank_reports, read_records, scaling_cli,
+                      scaling_in_process, write_sweep)
 from scaling.cell import make_cell
 from scaling.execute import fingerprint
 from scaling.execute.aggregate import STRAGGLER_SKEW
@@ -16,31 +17,52 @@ CIFAR10 = ("run", "--workload", "cifar10", "--batch-size", 4, "--steps", 3, "--w
            "--device-type", "cpu", "--timeout", 300)
 """CIFAR-10 without --image-size: at its nominal size, which its parameter count depends on."""
 
+DDP_KNOBS = {"bucket_cap_mb": 0.5, "gradient_as_bucket_view": True, "static_graph": True,
+             "broadcast_buffers": False, "comm_hook": "bf16"}
+"""DistributedDataParallel's communication knobs, each away from its default: the two-device
+cell sets them."""
 
-def run_one(out_dir, workload, batch, size, steps):
-    result = scaling_cli(
-        "run", "--workload", workload, "--batch-size", batch, "--image-size", size,
-        "--steps", steps, "--warmup", 1, "--device-type", "cpu", "--timeout", 300,
-        "--out", out_dir,
-    )
-    assert result.returncode == 0, result.stderr
-    return read_records(out_dir)[-1]
+IMAGENET = [("alexnet", 63, 61_100_840), ("googlenet", 32, 6_624_904),
+            ("resnet50", 32, 25_557_032), ("inception_v3", 75, 23_834_568)]
+"""Each ImageNet workload, the smallest input it takes, and its parameter count."""
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["1-device", "2-devices"])
-def cifar10(request, tmp_path_factory):
-    """``CIFAR10`` on one and on two CPU workers: its output folder and its record."""
+def run_cifar10(tmp_path_factory, devices: int, options=None):
+    """``CIFAR10`` on ``devices`` CPU workers with ``options`` (--option KEY=VALUE each): the
+    command's arguments, its output folder and its record."""
+    argv = [*CIFAR10, "--devices", devices,
+            *[arg for key, value in (options or {}).items()
+              for arg in ("--option", f"{key}={str(value).lower()}")]]
     out = tmp_path_factory.mktemp("cifar10") / "out"
-    result = scaling_cli(*CIFAR10, "--devices", request.param, "--out", out)
+    result = scaling_cli(*argv, "--out", out)
     assert result.returncode == 0, result.stderr
     [record] = read_records(out)
     assert record["status"] == "ok", record["error"]
-    return out, record
+    return argv, out, record
+
+
+@pytest.fixture(scope="module")
+def on_one_device(tmp_path_factory):
+    """``CIFAR10`` on one CPU worker."""
+    return run_cifar10(tmp_path_factory, 1)
+
+
+@pytest.fixture(scope="module")
+def on_two_devices(tmp_path_factory):
+    """``CIFAR10`` on two CPU workers, with ``DDP_KNOBS`` set."""
+    return run_cifar10(tmp_path_factory, 2, DDP_KNOBS)
+
+
+@pytest.fixture(scope="module", params=["on_one_device", "on_two_devices"],
+                ids=["1-device", "2-devices"])
+def cifar10(request):
+    """``CIFAR10`` on one and on two CPU workers: its arguments, output folder and record."""
+    return request.getfixturevalue(request.param)
 
 
 @pytest.mark.slow
 def test_cifar10_under_torchrun_reports_global_throughput(cifar10):
-    _, record = cifar10
+    _, _, record = cifar10
     devices = record["devices"]
     assert record["total_devices"] == devices
     assert record["global_batch_size"] == 4 * devices
@@ -62,7 +84,7 @@ def test_cifar10_under_torchrun_reports_global_throughput(cifar10):
 
 @pytest.mark.slow
 def test_each_record_names_its_node_fingerprint_and_each_rank_step_time(cifar10):
-    out, record = cifar10
+    _, out, record = cifar10
     [name] = record["fingerprint"]
     stored = json.loads((out / "fingerprints" / f"{name}.json").read_text())
     assert stored["host"] == record["host"]
@@ -78,27 +100,41 @@ def test_each_record_names_its_node_fingerprint_and_each_rank_step_time(cifar10)
 
 @pytest.mark.slow
 def test_image_size_defaults_to_the_nominal_input(cifar10):
-    _, record = cifar10
+    _, _, record = cifar10
     assert record["image_size"] == 32
 
 
 @pytest.mark.slow
 def test_a_recorded_cell_is_not_run_twice(cifar10):
-    out, record = cifar10
-    result = scaling_cli(*CIFAR10, "--devices", record["devices"], "--out", out)
+    """The same command again, in this process: it finds the cell before starting any."""
+    argv, out, record = cifar10
+    result = scaling_in_process(*argv, "--out", out)
     assert "already recorded" in result.stdout
     assert [r["cell"] for r in read_records(out)] == [record["cell"]]
 
 
+@pytest.fixture(scope="module")
+def imagenet(tmp_path_factory):
+    """Each workload of ``IMAGENET`` trained at its size, two steps of batch 2 on one CPU
+    worker under ``single``: one sweep per size, whose cells run one after another in one
+    process. The records by workload."""
+    records = {}
+    for size in sorted({size for _, size, _ in IMAGENET}):
+        folder = tmp_path_factory.mktemp(f"imagenet-{size}")
+        sweep = write_sweep(folder / "sweep.yaml", frameworks={"torch": {"launchers": ["single"]}},
+                            workloads=[name for name, at, _ in IMAGENET if at == size],
+                            batch_sizes=[2], image_size=size, steps=2, warmup=1,
+                            timeout_s=300, references="none")
+        swept = scaling_cli("sweep", sweep, "--out", folder / "out")
+        assert (folder / "out" / "results.jsonl").exists(), swept.stderr
+        records.update((record["workload"], record) for record in read_records(folder / "out"))
+    return records
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("workload, size, params", [
-    ("alexnet", 63, 61_100_840),
-    ("googlenet", 32, 6_624_904),
-    ("resnet50", 32, 25_557_032),
-    ("inception_v3", 75, 23_834_568),
-])
-def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size, params):
-    record = run_one(out_dir, workload, batch=2, size=size, steps=2)
+@pytest.mark.parametrize("workload, size, params", IMAGENET)
+def test_each_imagenet_workload_trains_at_a_small_size(imagenet, workload, size, params):
+    record = imagenet[workload]
     assert record["status"] == "ok", record["error"]
     assert record["image_size"] == size
     assert record["params"] == params
@@ -106,21 +142,13 @@ def test_each_imagenet_workload_trains_at_a_small_size(out_dir, workload, size, 
 
 
 @pytest.mark.slow
-def test_ddp_knobs_are_recorded_in_the_cell_id_and_in_effect_in_every_rank(out_dir):
-    knobs = {"bucket_cap_mb": 0.5, "gradient_as_bucket_view": True, "static_graph": True,
-             "broadcast_buffers": False, "comm_hook": "bf16"}
-    result = scaling_cli(*CIFAR10, "--image-size", 16, "--devices", 2, "--threads-per-device", 1,
-                         *[arg for key, value in knobs.items()
-                           for arg in ("--option", f"{key}={str(value).lower()}")],
-                         "--out", out_dir)
-    assert result.returncode == 0, result.stderr
-    [record] = read_records(out_dir)
-    assert record["status"] == "ok", record["error"]
-    assert record["options"] == knobs
+def test_ddp_knobs_are_recorded_in_the_cell_id_and_in_effect_in_every_rank(on_two_devices):
+    _, _, record = on_two_devices
+    assert record["options"] == DDP_KNOBS
     cell = dict(framework="torch", launcher="torchrun", workload="cifar10", devices=2,
-                batch_size=4, image_size=16, steps=3, warmup=1, device_type="cpu",
-                threads_per_device=1, timeout_s=300)
-    assert make_cell(**cell, options=knobs).cell_id == record["cell"]
+                batch_size=4, steps=3, warmup=1, device_type="cpu", timeout_s=300)
+    assert make_cell(**cell, options=DDP_KNOBS).cell_id == record["cell"]
     assert make_cell(**cell).cell_id != record["cell"]
     for report in rank_reports(record):
-        assert report["communication_in_effect"] == {**knobs, "comm_hook": "bf16_compress_hook"}
+        assert report["communication_in_effect"] == {**DDP_KNOBS,
+                                                     "comm_hook": "bf16_compress_hook"}

@@ -4,12 +4,14 @@ its window, timed once per point or not at all."""
 from __future__ import annotations
 
 import csv
+import json
+import os
 
 import pytest
 from conftest import read_records, scaling_cli_ok, scaling_in_process, write_sweep
 from test_bad_input import assert_one_line_error
 
-from scaling.execute.wall import wall_breakdown, window_share
+from scaling.execute.wall import REFERENCES, wall_breakdown, window_share
 from scaling.report.references import with_shared_references
 from scaling.sweep import expand, parse_sweep
 
@@ -86,3 +88,26 @@ def test_throughput_alone_times_the_window_and_nothing_after_it(tmp_path):
         [row] = csv.DictReader(table)
     assert row["predicted_images_per_sec"] == row["local_step_s"] == ""
     assert "Windows:" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_run_without_references_and_a_flop_count_kept_per_user(tmp_path):
+    """``scaling run --no-references`` times throughput alone; the FLOP count of a workload is
+    counted once per user (``~/.cache/scaling/flops.json``), and a later run in another folder
+    reads it there rather than count again: here, a count planted in the cache."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cell = ("run", "--launcher", "single", "--workload", "cifar10", "--image-size", 16,
+            "--batch-size", 4, "--steps", 3, "--warmup", 1, "--device-type", "cpu",
+            "--no-references")
+    scaling_cli_ok(*cell, "--out", tmp_path / "first", env=env)
+    [record] = read_records(tmp_path / "first")
+    assert (record["status"], record["references"], record["local_step_s"]) == ("ok", False, None)
+    assert not set(record["wall_breakdown"]) & set(REFERENCES)
+    cache = tmp_path / "cache" / "scaling" / "flops.json"
+    [(key, count)] = json.loads(cache.read_text()).items()
+    assert count == record["flops_per_image"] > 0
+    assert json.loads(key)[-3:] == ["cifar10", 16, "train"]
+    cache.write_text(json.dumps({key: 12345.0}))
+    scaling_cli_ok(*cell, "--out", tmp_path / "second", env=env)
+    [again] = read_records(tmp_path / "second")
+    assert again["flops_per_image"] == 12345.0

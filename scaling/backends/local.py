@@ -15,7 +15,7 @@ from scaling.errors import ScalingError
 from scaling.execute import preflight as check
 from scaling.execute.ceiling import describe_ceiling, ensure_cells_ceilings
 from scaling.execute.monitor import WatchSettings
-from scaling.execute.run import run_and_record
+from scaling.execute.run import first_launches, run_and_record
 from scaling.execute.runner import pending_cells, run_cells
 from scaling.execute.trees import SharedTrees
 from scaling.launchers import get_launcher
@@ -66,6 +66,8 @@ class Local(Backend):
                       f"recorded, output in {out_dir}")
         measure_ceilings(out_dir, todo, interpreters(spec))
         with SharedTrees(out_dir) as trees:
+            if spec.share_processes:
+                trees.plan(first_launches(todo, interpreters(spec)))
             run_cells(todo, out_dir, interpreters(spec), watch=watch, run=functools.partial(
                 run_and_record, trees=trees if spec.share_processes else None))
         return cells, True

@@ -98,6 +98,10 @@ RUN_OPTIONS = [
                  help="After the window, run a few steps under the framework's profiler (a "
                       "trace per rank in the cell folder) and record the step's compute, "
                       "communication and idle fractions."),
+    click.option("--references/--no-references", default=True, show_default=True,
+                 help="After the window, time the references that the scaling model and the "
+                      "input verdict rest on (local steps, the gradients' allreduce, the "
+                      "real-data figures); --no-references: throughput alone."),
 ]
 
 

@@ -60,9 +60,10 @@ def probe_devices(device_type: str, devices: int, threads: int, repeats: int,
 
 def solo_cells(out_dir, device_type: str, devices: int, threads: int) -> List[Dict]:
     """The short ``single`` cell on each device (each GPU made the only visible one), alone;
-    its records, which stay in ``OUT/cells`` and out of the results."""
+    its records, which stay in ``OUT/cells`` and out of the results. The check reads their
+    windows only, so they time no references."""
     cell = make_cell(devices=1, device_type=device_type, threads_per_device=threads,
-                     purpose="preflight", timeout_s=TIMEOUT_S, **SOLO_CELL)
+                     purpose="preflight", timeout_s=TIMEOUT_S, references=False, **SOLO_CELL)
     indices = range(devices) if device_type == "gpu" else range(1)
     return [run_cell(cell, out_dir, extra_env={"CUDA_VISIBLE_DEVICES": str(index)}
                      if device_type == "gpu" else None) for index in indices]

@@ -14,7 +14,7 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import scaling
 from scaling import hardware
@@ -27,7 +27,7 @@ from scaling.execute.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings,
                                      window_on_this_host)
 from scaling.execute.processes import run_process_tree, worker_env
 from scaling.execute.store import ResultStore
-from scaling.execute.trees import SharedTrees, shareable
+from scaling.execute.trees import Launch, SharedTrees, shareable
 from scaling.execute.wall import wall_breakdown
 from scaling.frameworks import get_framework, missing_framework
 from scaling.launchers import default_python, get_launcher
@@ -37,7 +37,7 @@ from scaling.workers import collective_env
 from scaling.atomic import write_json_atomically
 
 COMPUTE_CACHE = "compute-cache.json"
-"""The run's FLOP counts and matmul probes, measured once (``scaling.workers.compute``)."""
+"""The run's matmul probes, measured once (``scaling.workers.compute``)."""
 REPORT_GRACE_S = 30.0
 """How long node 0 waits for the other nodes' rank reports after its own ranks ended."""
 
@@ -97,7 +97,6 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     placement = placement or local_placement(launcher.ranks_per_node(cell))
     shared = trees is not None and shareable(cell, placement)
     cell_dir = prepare_cell_dir(cell, out_dir, placement, shared)
-    framework = get_framework(cell.framework)
     python = python or default_python(cell.framework, cell.launcher)
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     node = fingerprint.take(out_dir, cell_dir, placement.node_rank, python, cell.collective_env)
@@ -109,10 +108,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
         return make_record(cell, cell_dir, {"status": "env_error", "error": missing}, [],
                            started_at, 0.0, token=None)
     ensure_cell_ceiling(out_dir, cell, python)
-    argv = launcher.command(cell, placement, str(cell_dir), python)
-    env = collective_env.exactly(
-        worker_env(framework.env, launcher.env(cell, placement), memory_cap_env(cell),
-                   extra_env or {}), cell.collective_env)
+    launch = tree_launch(cell, placement, python, extra_env)
     token = uuid.uuid4().hex
     log = "launcher.log" if placement.node_rank == 0 else f"launcher-node{placement.node_rank}.log"
     waited_s = None
@@ -125,15 +121,13 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     try:
         if shared:
             returncode, timed_out, wall_s, process_tree = trees.run(
-                tree_key(cell, placement, python, env),
-                lambda folder: launcher.command(cell, placement, folder, python), env,
-                launcher.processes(cell), cell_dir, cell_dir / log, cell.timeout_s,
-                monitor.start, alone=cell.device_type == "gpu")
+                launch, cell_dir, cell_dir / log, cell.timeout_s, monitor.start,
+                alone=cell.device_type == "gpu")
             token = process_tree.pop("token")
         else:
             returncode, timed_out, wall_s = run_process_tree(
-                argv, env, token, str(cell_dir / log), cell.timeout_s, on_start=monitor.start,
-            )
+                launch.command(str(cell_dir)), launch.env, token, str(cell_dir / log),
+                cell.timeout_s, on_start=monitor.start)
     finally:
         monitor.stop()
     tree_end = time.time()
@@ -177,12 +171,33 @@ def worker_spec(cell: Cell) -> Dict:
             "local_devices": cell.devices // get_launcher(cell.launcher).ranks_per_node(cell)}
 
 
-def tree_key(cell: Cell, placement: Placement, python: str, env: Dict[str, str]) -> tuple:
-    """What cells that share a process tree have in common: their launch, apart from the
-    folder and the rendezvous port."""
-    launch = get_launcher(cell.launcher).command(
-        cell, dataclasses.replace(placement, rendezvous_port=0), "", python)
-    return tuple(launch), tuple(sorted(env.items()))
+def tree_launch(cell: Cell, placement: Placement, python: str,
+                extra_env: Optional[Dict[str, str]] = None) -> Launch:
+    """How ``cell``'s process tree starts: its launcher's command and the workers'
+    environment; its ``key``, what cells that share a tree have in common, is that launch
+    apart from the folder and the rendezvous port."""
+    launcher = get_launcher(cell.launcher)
+    env = collective_env.exactly(
+        worker_env(get_framework(cell.framework).env, launcher.env(cell, placement),
+                   memory_cap_env(cell), extra_env or {}), cell.collective_env)
+    key = launcher.command(cell, dataclasses.replace(placement, rendezvous_port=0), "", python)
+    return Launch(key=(tuple(key), tuple(sorted(env.items()))),
+                  command=lambda folder: launcher.command(cell, placement, folder, python),
+                  env=env, ranks=launcher.processes(cell))
+
+
+def first_launches(cells: List[Cell], pythons: Dict[str, str]) -> List[Launch]:
+    """The launches of the shared trees that ``cells`` (a local sweep's, in order) start on
+    CPUs, each kind once, in the order of its first cell (:meth:`SharedTrees.plan`)."""
+    launches: Dict[tuple, Launch] = {}
+    for cell in cells:
+        placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell))
+        if cell.device_type == "cpu" and shareable(cell, placement):
+            python = pythons.get(cell.environment) or default_python(cell.framework,
+                                                                     cell.launcher)
+            launch = tree_launch(cell, placement, python)
+            launches.setdefault(launch.key, launch)
+    return list(launches.values())
 
 
 def prepare_cell_dir(cell: Cell, out_dir, placement: Placement, shared: bool = False) -> Path:

@@ -10,7 +10,10 @@ cap: VmPeak, which a cap's figures rest on, cannot start afresh in a process.
 
 The cells' order does not change. A sweep keeps one tree per kind of cell and sends each cell
 to its kind's tree when its turn comes; the other trees wait, blocked on their FIFOs, using no
-CPU. A GPU cell runs with no other kind's tree left (their CUDA contexts would sit on its
+CPU. On CPUs the trees of the sweep's first kinds (:meth:`SharedTrees.plan`) start together, in
+its first shared cell, each rank importing its framework at once: a start spends a core on
+imports alone, and the machine's other cores would sit idle through it. The first cell starts
+once every one of them is ready, so nothing of them runs beside a window. A GPU cell runs with no other kind's tree left (their CUDA contexts would sit on its
 devices), so on GPUs a tree serves the cells of one kind that run one after another. A cell is
 done when every rank reported and is ready for the next, so nothing of it runs beside the next
 cell. A failed cell (an error, an OOM, a crash) ends its tree, and a cell past its timeout has
@@ -53,6 +56,17 @@ def shareable(cell: Cell, placement: Placement) -> bool:
     """Whether ``cell`` may run in a shared tree (module doc)."""
     return (cell.data_parallel in SHARED.get(cell.framework, ()) and cell.purpose == "sweep"
             and placement.nodes == 1 and cell.memory_limit is None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """How a kind of cell starts its tree: ``command(folder)`` in ``env`` starts ``ranks``
+    processes; ``key`` is what every cell of the kind has in common."""
+
+    key: Tuple
+    command: Callable[[str], List[str]]
+    env: Dict[str, str]
+    ranks: int
 
 
 @dataclasses.dataclass
@@ -100,6 +114,7 @@ class SharedTrees:
     def __init__(self, out_dir):
         self.root = Path(out_dir) / "trees"
         self.trees: Dict[Tuple, Tree] = {}
+        self.planned: List[Launch] = []
 
     def __enter__(self) -> "SharedTrees":
         """Start with no tree folders: what a sweep killed outright left is gone with it."""
@@ -115,17 +130,23 @@ class SharedTrees:
         with contextlib.suppress(OSError):
             self.root.rmdir()
 
-    def run(self, key: Tuple, command: Callable[[str], List[str]], env: Dict[str, str],
-            ranks: int, cell_dir: Path, log_path: Path, timeout_s: float,
+    def plan(self, launches: List[Launch]) -> None:
+        """Start these kinds' trees together with the first cell's (at most
+        :data:`MAX_TREES`, CPU cells only: module doc)."""
+        self.planned = launches[:MAX_TREES]
+
+    def run(self, launch: Launch, cell_dir: Path, log_path: Path, timeout_s: float,
             on_start: Callable[[int], None], alone: bool = False
             ) -> Tuple[Optional[int], bool, float, Dict]:
-        """Run the cell of ``cell_dir`` in its kind's tree (``key``), started with
-        ``command(folder)`` where there is none: (exit code, timed out, seconds) as
+        """Run the cell of ``cell_dir`` in its kind's tree, started by ``launch`` where there
+        is none: (exit code, timed out, seconds) as
         :func:`scaling.execute.processes.run_process_tree` gives them, and the tree (its id,
         the cell's position in it, and its processes' ``token``). ``alone``: end the other
         kinds' trees first (a GPU cell: their idle contexts would sit on its devices)."""
         started = time.monotonic()
-        tree = self.trees.pop(key, None)
+        if self.planned and not alone:
+            self.start_planned(launch, started + timeout_s)
+        tree = self.trees.pop(launch.key, None)
         if alone:
             for other in self.trees.values():
                 other.close()
@@ -134,37 +155,56 @@ class SharedTrees:
             tree.close()
             tree = None
         if tree is None:
-            tree = self.start(command, env, ranks)
-        self.trees[key] = tree
+            tree = self.start(launch)
+        self.trees[launch.key] = tree
         self.evict()
         on_start(tree.process.pid)
         offset = tree.log_path.stat().st_size
         tree.cells += 1
         tree.send(str(cell_dir))
-        returncode, timed_out = self.wait(tree, cell_dir, ranks, started + timeout_s)
+        returncode, timed_out = self.wait(tree, cell_dir, launch.ranks, started + timeout_s)
         with open(tree.log_path, "rb") as log, open(log_path, "ab") as own:
             log.seek(offset)
             own.write(log.read())
         if not tree.fifos:  # it ended
-            del self.trees[key]
+            del self.trees[launch.key]
             tree.close()
         return returncode, timed_out, time.monotonic() - started, {
             "tree": tree.token[:12], "position": tree.cells, "token": tree.token}
 
-    def start(self, command: Callable[[str], List[str]], env: Dict[str, str],
-              ranks: int) -> Tree:
+    def start_planned(self, first: Launch, deadline: float) -> None:
+        """Start the planned kinds' trees (``first``'s among them) at once, each rank importing
+        its framework before it waits for a cell, and wait until every rank of each is ready
+        for its first cell, its tree ended, or ``deadline`` passed; a tree that ended, or is not
+        ready by then, is closed, and its kind starts another when its turn comes."""
+        launches = [launch for launch in self.planned if launch.key != first.key]
+        self.planned = []
+        started = [(launch.key, self.start(launch, preload=True)) for launch in
+                   [first, *launches][:MAX_TREES]]
+        while time.monotonic() < deadline and any(tree.alive() and not ready(tree)
+                                                  for _, tree in started):
+            time.sleep(POLL_S)
+        for key, tree in started:
+            if tree.alive() and ready(tree):
+                self.trees[key] = tree
+            else:
+                tree.close(grace_s=0.0)
+
+    def start(self, launch: Launch, preload: bool = False) -> Tree:
+        """A new tree of ``launch``; with ``preload``, its ranks import their framework first
+        and say when they are ready (``scaling.workers.tree``)."""
         token = uuid.uuid4().hex
         folder = self.root / token[:12]
         folder.mkdir(parents=True)
-        (folder / TREE_FILE).write_text(json.dumps({"ranks": ranks}))
+        (folder / TREE_FILE).write_text(json.dumps({"ranks": launch.ranks, "preload": preload}))
         fifos = []
-        for rank in range(ranks):
+        for rank in range(launch.ranks):
             os.mkfifo(fifo_path(str(folder), rank))
             fifos.append(os.open(fifo_path(str(folder), rank), os.O_RDWR))
         log_path = folder / "launcher.log"
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
-                command(str(folder)), env={**env, TOKEN_ENV: token}, stdout=log,
+                launch.command(str(folder)), env={**launch.env, TOKEN_ENV: token}, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=die_with_parent)
         return Tree(folder, process, token, log_path, fifos)
@@ -190,6 +230,11 @@ class SharedTrees:
         while len(self.trees) > MAX_TREES:
             oldest = next(iter(self.trees))
             self.trees.pop(oldest).close()
+
+
+def ready(tree: Tree) -> bool:
+    """Whether every rank of ``tree`` waits for its next cell."""
+    return all(idle(tree, rank) for rank in range(len(tree.fifos)))
 
 
 def idle(tree: Tree, rank: int) -> bool:

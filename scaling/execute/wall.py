@@ -6,9 +6,11 @@ The phases, in the order they run:
 - ``before_launch``: the harness before the process tree (fingerprint, ceiling, a look at the
   machine or a wait for quiet);
 - ``start``: the process tree's start until the first rank's worker runs: the launcher (its
-  agent, as torchrun's or horovodrun's, imports its framework first) and the interpreter;
+  agent, as torchrun's or horovodrun's, imports its framework first) and the interpreter; in a
+  local sweep's first shared cell, the start of the trees that begin together, framework
+  imports included (``scaling.execute.trees``);
 - ``build``: from there to its first step: the framework's import, the rendezvous, the model,
-  the FLOP count and the matmul probe (both measured once per run);
+  the FLOP count (once per user) and the matmul probe (once per run);
 - ``warmup``: the warm-up steps, the calibration, and any window timed again
   (``scaling.workers.loop.timed_window``), up to the start of the counted window;
 - ``window``: the counted window;

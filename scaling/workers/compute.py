@@ -15,7 +15,11 @@ framework.
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import importlib.util
 import json
+import os
 import socket
 import sys
 import time
@@ -34,6 +38,11 @@ CPU: under a GFLOP/s) is timed on smaller matrices, a product of about ``CEILING
 that its ceiling takes seconds rather than minutes."""
 _SIDES: Dict[tuple, int] = {}
 """The side this process settled on for each (framework, device type, dtype)."""
+FLOPS_CACHE = os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "scaling", "flops.json")
+"""Where the FLOP counts are kept, per user, as pip keeps its wheels: a count depends on the
+framework and its version, the workload's definition, the size and the mode, never on the
+machine or the run (:func:`counting_sources`)."""
 CEILING_REPEATS = 3
 CEILING_MIN_S = 0.25
 """The ceiling's products go on for at least this long: on a CPU the first few products run
@@ -73,23 +82,40 @@ def compute_report(cell: Dict, precision: str, flops_per_image, gradient_bytes: 
     threads the probe's pool holds (its figure is divided among them). Max-batch trials take
     them too: what a cell allocates for them counts against its memory.
 
-    Neither the count nor the probe changes between the cells of a run that share their
-    framework and its version, workload, size and mode (the count) or host, device, threads
-    and dtype (the probe), so both are kept in the run's ``cell["compute_cache"]`` file and
-    measured once (:func:`cached`)."""
+    The probe does not change between the cells of a run that share their framework and its
+    version, host, device, threads and dtype, so it is kept in the run's
+    ``cell["compute_cache"]`` file and measured once a run (:func:`cached`); a later run probes
+    afresh, as the machine's speed may have moved. The count does not change at all for one
+    framework version, workload definition, size and mode, so it is kept per user
+    (:data:`FLOPS_CACHE`) and counted once."""
     framework, dtype = cell["framework"], DTYPES[precision]
     module = sys.modules.get(framework)
     version = str(getattr(module, "__version__", ""))
-    path = cell.get("compute_cache")
-    probe = cached(path, ["probe", framework, version, socket.gethostname(),
-                          cell["device_type"], cell["threads_per_device"], dtype],
+    probe = cached(cell.get("compute_cache"),
+                   ["probe", framework, version, socket.gethostname(), cell["device_type"],
+                    cell["threads_per_device"], dtype],
                    lambda: matmul_ceiling_tflops(framework, cell["device_type"], dtype))
-    flops = cached(path, ["flops", framework, version, cell["workload"], cell["image_size"],
-                          cell["mode"]], flops_per_image) if flops_per_image else None
+    flops = cached(FLOPS_CACHE, ["flops", framework, version, counting_sources(cell["models"]),
+                                 cell["workload"], cell["image_size"], cell["mode"]],
+                   flops_per_image) if flops_per_image else None
     return {"flops_per_image": flops,
             "gradient_bytes": None if cell["mode"] == "forward" else gradient_bytes,
             "precision": precision,
             "matmul_probe_tflops": probe / devices_sharing if probe else None}
+
+
+def counting_sources(models: str) -> str:
+    """A digest of what a FLOP count rests on besides the framework: the workloads' registry,
+    the framework's model definitions (the module ``models``) and the counting rules
+    (``scaling/workers/*/flops.py``), so that an edit to any of them counts again."""
+    digest = hashlib.sha256()
+    paths = [importlib.util.find_spec("workloads").origin, importlib.util.find_spec(models).origin,
+             *sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "*",
+                                            "flops.py")))]
+    for path in paths:
+        with open(path, "rb") as source:
+            digest.update(source.read())
+    return digest.hexdigest()[:16]
 
 
 def cached(path: Optional[str], key: list, measure):
@@ -107,5 +133,6 @@ def cached(path: Optional[str], key: list, measure):
         entries = {}
     if name not in entries:
         entries[name] = measure()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         write_json_atomically(path, entries)
     return entries[name]

@@ -308,33 +308,41 @@ def profiled_steps(session, cell_dir: str, rank: int) -> Dict:
 
 
 def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True,
-               collective: Optional[Callable[[Dict, Dict, int], object]] = None) -> None:
+               collective: Optional[Callable[[Dict, Dict, int], object]] = None,
+               preload: Optional[Callable[[], None]] = None) -> None:
     """``python -m WORKER FOLDER``: run the cell of a cell folder, or each cell that the
     harness sends a shared tree's folder, in turn (``scaling.workers.tree``), then exit.
 
     ``build(cell, report, rank)`` returns the session, and ``collective(cell, report, rank)``
     the collective; either may add details to ``report``. ``cap_heap``: apply the cell's CPU
     memory cap as RLIMIT_DATA (frameworks that cap their own allocator pass False).
+    ``preload()`` imports the framework, in a tree started ahead of its first cell.
     """
-    entered = time.time()
+    process_started = entered = time.time()
     folder = sys.argv[1]
     rank = common.process_ranks()[0]
     common.die_with_parent()
     if not tree.is_tree(folder):
         common.watch_for_signals(lambda: folder, rank)
-        run_cell(build, collective, folder, rank, entered, cap_heap)
+        run_cell(build, collective, folder, rank, entered, cap_heap, process_started)
         leave()
     common.watch_for_signals(lambda: tree.current_cell(folder, rank), rank)
+    if tree.preloads(folder):
+        if preload is not None:
+            preload()
+        entered = None
     for cell_dir, began in tree.cells(folder, rank, entered):
-        run_cell(build, collective, cell_dir, rank, began, cap_heap and began == entered)
+        run_cell(build, collective, cell_dir, rank, began, cap_heap and began == entered,
+                 process_started)
     leave()
 
 
 def run_cell(build, collective, cell_dir: str, rank: int, entered: float,
-             cap_heap: bool) -> None:
+             cap_heap: bool, process_started: float) -> None:
     """One cell in this process: build the session and run the timed loop, or for a cell of
     purpose ``allreduce``, build its collective and time it at the cell's sizes; then write
-    the rank's report. A failure writes it and ends the process (``common.reporting``). A
+    the rank's report, which says when the process started (``process_started``, before the
+    cell where it runs in a shared tree). A failure writes it and ends the process (``common.reporting``). A
     ``tune`` trial times no references (``cell["references"]``): each second of it comes
     out of the tune's budget."""
     cell = common.load_cell(cell_dir)
@@ -342,6 +350,7 @@ def run_cell(build, collective, cell_dir: str, rank: int, entered: float,
         common.apply_memory_limit(cell["memory_limit"])
     with common.reporting(cell_dir, rank) as report:
         report["host"] = socket.gethostname()
+        report["process_started"] = process_started
         report["collective_env"] = collective_env.capture(os.environ)
         if cell["purpose"] == "allreduce":
             measured = collective(cell, report, rank)

@@ -1,8 +1,10 @@
 """Run one PyTorch process of a cell: ``python -m scaling.workers.pytorch CELL_DIR``."""
 
+import importlib
+
 from scaling.workers.loop import run_worker
 from scaling.workers.pytorch.collective import collective
 from scaling.workers.pytorch.session import build
 
 if __name__ == "__main__":
-    run_worker(build, collective=collective)
+    run_worker(build, collective=collective, preload=lambda: importlib.import_module("torch"))
