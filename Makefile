@@ -59,21 +59,23 @@ $(MXNET_VENV)/.installed:
 	$(MXNET_VENV)/bin/python -m pip install --quiet 'mxnet==1.9.1' 'numpy<1.24'
 	touch $@
 
-# $(call install_extras,EXTRAS): the venv (made if missing) with the harness and EXTRAS under
+# $(call install_extras,EXTRAS[,FLAGS]): the venv (made if missing) with the harness and EXTRAS under
 # constraints.txt, installed by uv (put into the venv by its own pip first), which fetches and
 # unpacks the wheels in parallel: the quickstart's install in about half of pip's time
 # (bench/results/install_time.json). --system-certs: uv trusts the machine's certificate store,
-# as pip does. --compile-bytecode: uv compiles every module at install, on every core, rather
-# than leave it to the first import: a sweep's first cells would compile torch each on its own
-# (their trees start together). The commands below keep bytecode even where the environment
-# says not to: under PYTHONDONTWRITEBYTECODE every worker would compile what it imports again
-# (torch._dynamo alone, which a first optimizer step imports: 14.6 s against 6 s).
+# as pip does. The quickstart's install passes --compile-bytecode: uv compiles its modules at
+# install, on every core, rather than leave it to the first import, where the sweep's first
+# cells would each compile torch on their own (their trees start together). The whole test
+# environment leaves it to the first import, which compiles only what the tests import. The
+# commands below keep bytecode even where the environment says not to: under
+# PYTHONDONTWRITEBYTECODE every worker would compile what it imports again (torch._dynamo
+# alone, which a first optimizer step imports: 14.6 s against 6 s).
 unexport PYTHONDONTWRITEBYTECODE
 define install_extras
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet -c constraints.txt uv
-	$(BIN)/uv pip install --quiet --system-certs --compile-bytecode --python $(BIN)/python \
-	  -c constraints.txt -e '.[$(1)]'
+	$(BIN)/uv pip install --quiet --system-certs $(2) --python $(BIN)/python -c constraints.txt \
+	  -e '.[$(1)]'
 endef
 
 $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
@@ -81,7 +83,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.quickstart: setup.cfg pyproject.toml constraints.txt
-	$(call install_extras,$(QUICKSTART_EXTRAS))
+	$(call install_extras,$(QUICKSTART_EXTRAS),--compile-bytecode)
 	touch $@
 
 # Horovod 0.28.1 (its last release, source only) with the gloo controller and no MPI, built

@@ -160,14 +160,12 @@ def max_batch_search(tmp_path_factory) -> tuple:
     """The max-batch search of the CIFAR-10 network at side 32 on two devices of one process
     under a cap: its ``maxbatch.csv`` row and its trials' records.
 
-    Two devices hold about 400 MB and 7 MB more for each image of the per-device batch (peaks
-    of 830 MB at 64, 1270 MB at 128): under 500 MiB a device (1000 MiB, 1049 MB, in all), 64
-    fits with about 210 MB to spare and 128 runs out by as much, so the edge lies between
-    steps of 64, and the search tries 64, then 128 (twice), and confirms 64."""
+    Two devices of one process hold about 470 MB and 6 MB more for each image of the
+    per-device batch: under 704 MiB a device, the edge lies near 170, between steps."""
     out = tmp_path_factory.mktemp("maxbatch") / "out"
     result = scaling_cli("maxbatch", "--framework", "jax", "--launcher", "jax",
                          "--workload", "cifar10", "--image-size", 32, "--device-type", "cpu",
-                         "--devices", 2, "--memory-limit", "500MiB", "--multiple-of", 64,
+                         "--devices", 2, "--memory-limit", "704MiB", "--multiple-of", 64,
                          "--steps", 1, "--warmup", 0, "--confirm-steps", 1,
                          "--confirm-warmup", 0, "--timeout", 300, "--out", out)
     assert result.returncode == 0, result.stderr

@@ -10,12 +10,15 @@ import sys
 
 import pytest
 from conftest import rank_reports, read_records, write_sweep
+from cpugroup import AHEAD_SHARES
 from slurmcluster import SlurmCluster, missing_binaries
 
 from scaling.execute.preflight import PREFLIGHT_FILE
 
-SLOW_SHARE = 0.2
-"""The slowed node's quota: a fifth of a core."""
+SLOW_SHARE = 0.4
+"""The slowed node's quota, two fifths of a core, while the other node runs ahead of the
+machine's other work (ten times its weight): the fast node gets nearly a core whatever runs
+beside, the slowed one at most 0.4, beyond the flag's and the straggler's margins."""
 THRESHOLD = 30
 """The two nodes share this machine's two cores with whatever else runs, so the preflight with
 neither node slowed flags only at 30% below the fleet's median, beyond what sharing moves."""
@@ -49,7 +52,7 @@ def slowed_sweep(cluster, tmp_path_factory):
     folder = tmp_path_factory.mktemp("slowed-sweep")
     config = write_sweep(folder / "sweep.yaml", frameworks={"torch": {"launchers": ["single"]}},
                          batch_sizes=[2, 4], steps=2, warmup=1)
-    with cluster.slowed("n2", SLOW_SHARE):
+    with cluster.grouped("n1", "ahead", shares=AHEAD_SHARES), cluster.slowed("n2", SLOW_SHARE):
         swept = scaling(cluster, "sweep", config, "--preflight", "--backend", "slurm", "--wait",
                         "--out", folder / "out")
     assert swept.returncode == 0, swept.stdout + swept.stderr
@@ -101,7 +104,7 @@ def test_preflight_passes_every_node_and_exits_1_once_one_is_below_its_baseline(
 def test_a_two_node_cell_names_the_slowed_nodes_rank_as_its_straggler(cluster, tmp_path):
     """The straggler is named by its Slurm node: both nodes here share this machine's host
     name, which alone would not say which node was slow."""
-    with cluster.slowed("n2", SLOW_SHARE):
+    with cluster.grouped("n1", "ahead", shares=AHEAD_SHARES), cluster.slowed("n2", SLOW_SHARE):
         ran = scaling(cluster, "run", "--backend", "slurm", "--nodes", 2, "--devices", 1,
                       "--threads-per-device", 1, "--workload", "cifar10", "--image-size", 32,
                       "--batch-size", 16, "--steps", 4, "--warmup", 1, "--device-type", "cpu",
