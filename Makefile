@@ -59,9 +59,9 @@ $(MXNET_VENV)/.installed:
 	$(MXNET_VENV)/bin/python -m pip install --quiet 'mxnet==1.9.1' 'numpy<1.24'
 	touch $@
 
-# $(call install_extras,EXTRAS[,FLAGS]): the venv (made if missing) with the harness and EXTRAS under
-# constraints.txt, installed by uv (put into the venv by its own pip first), which fetches and
-# unpacks the wheels in parallel: the quickstart's install in about half of pip's time
+# $(call install_extras,EXTRAS[,FLAGS]): the venv (made if missing) with the harness and EXTRAS
+# under constraints.txt, installed by uv (put into the venv by its own pip first), which fetches
+# and unpacks the wheels in parallel: the quickstart's install in about half of pip's time
 # (bench/results/install_time.json). --system-certs: uv trusts the machine's certificate store,
 # as pip does. The quickstart's install passes --compile-bytecode: uv compiles its modules at
 # install, on every core, rather than leave it to the first import, where the sweep's first

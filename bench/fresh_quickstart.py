@@ -49,7 +49,7 @@ def run(scratch: Path) -> dict:
     marks.update(total_s=time.time() - started, returncode=make.returncode)
     output = (scratch / "make.log").read_text()
     share = re.search(r"Windows: (\d+) s of the cells' (\d+) s of wall time \((\d+)%\)", output)
-    if share:
+    if share and "sweep_started_s" in marks:
         marks.update(windows_s=int(share[1]), cells_wall_s=int(share[2]),
                      window_share=int(share[3]) / 100,
                      sweep_s=round(marks["total_s"] - marks["sweep_started_s"], 1),

@@ -69,7 +69,8 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                                 "in a failure's report under the heap cap)",
     "memory_capacity_bytes": "how much of that quantity the rank could have",
     "host": "host name of the reporting process",
-    "process_started": "wall time at which the process started: before its cell where it runs "
+    "process_started": "wall time at which the process's worker started (after the "
+                       "interpreter and the worker's own imports): before its cell where it runs "
                        "in a shared process tree (an earlier cell's, or the sweep's trees "
                        "started together)",
     "node": "its node, by the name the backend gives it (SLURMD_NODENAME under Slurm, or "

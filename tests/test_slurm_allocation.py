@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import processes_mentioning, read_records, scaling_in_process, write_sweep
+from conftest import read_records, scaling_in_process, write_sweep
 from cpugroup import AHEAD_SHARES
 from slurmcluster import wait_until
-from test_slurm import (SINGLE, by_cell, cluster, own_cluster, scaling_here,  # noqa: F401
-                        scaling_ok, start_requeued, task_states)
+from test_slurm import (SINGLE, by_cell, cluster, own_cluster,  # noqa: F401
+                        requeue_and_restart, scaling_here, scaling_ok, task_states)
 
 from scaling.execute.preflight import PREFLIGHT_FILE
 from scaling.report.tables import with_scaling
@@ -181,7 +180,7 @@ def test_the_allocation_asks_for_each_cells_time():
 def test_a_requeued_allocation_goes_on_and_records_each_cell_once(cluster, tmp_path):
     """Requeued as soon as its first cell has started (a 3 s window after its interpreter and
     framework start): the allocation starts again once the first run's processes are gone
-    (``start_requeued``), runs that cell again and the next, and records each once. The cells'
+    (``requeue_and_restart``), runs that cell again and the next, and records each once. The cells'
     timeout is left wide: under a full test run's load their windows' steps, planned on the
     warm-up's pace, ran many times slower, and the timeout is no part of what the test
     shows."""
@@ -192,11 +191,7 @@ def test_a_requeued_allocation_goes_on_and_records_each_cell_once(cluster, tmp_p
     wait_until(lambda: list(out.glob("cells/*/launcher.log")), "first cell started")
     job = only_allocation(out)
     task = f"{job['job_id']}_0"
-    subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
-    requeued = time.time()
-    wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued allocation pending")
-    wait_until(lambda: not processes_mentioning(out), "the first run's processes gone")
-    start_requeued(cluster, task, requeued)
+    requeue_and_restart(cluster, out, task)
     scaling_ok(cluster, "status", out, "--wait")
     cells = by_cell(read_records(out))
     assert len(cells) == 2 and all(len(records) == 1 for records in cells.values())

@@ -8,18 +8,18 @@ options' variables). Only where the framework's worker can keep its processes fo
 cells (:data:`SHARED`, by data-parallel mechanism), for sweep cells on one node without a memory
 cap: VmPeak, which a cap's figures rest on, cannot start afresh in a process.
 
-The cells' order does not change. A sweep keeps one tree per kind of cell and sends each cell
-to its kind's tree when its turn comes; the other trees wait, blocked on their FIFOs, using no
-CPU. On CPUs the trees of the sweep's first kinds (:meth:`SharedTrees.plan`) start together, in
-its first shared cell, each rank importing its framework at once: a start spends a core on
-imports alone, and the machine's other cores would sit idle through it. The first cell starts
-once every one of them is ready, so nothing of them runs beside a window. A GPU cell runs with no other kind's tree left (their CUDA contexts would sit on its
-devices), so on GPUs a tree serves the cells of one kind that run one after another. A cell is
-done when every rank reported and is ready for the next, so nothing of it runs beside the next
-cell. A failed cell (an error, an OOM, a crash) ends its tree, and a cell past its timeout has
-its tree killed: the cell is recorded from its reports as a cell alone would be, and its kind's
-next cell starts a new tree. The trees end with the sweep, on Ctrl-C, or when the harness dies
-(each rank reads the end of its FIFO).
+The cells' order does not change. A sweep keeps one tree per kind of cell and sends each cell to
+its kind's tree when its turn comes; the other trees wait, blocked on their FIFOs, using no CPU.
+On CPUs the trees of the sweep's first kinds (:meth:`SharedTrees.plan`) start together, in its
+first shared cell, each rank importing its framework at once: a start spends a core on imports
+alone, and the machine's other cores would sit idle through it. The first cell starts once every
+one of them is ready, so nothing of them runs beside a window. A GPU cell runs with no other
+kind's tree left (their CUDA contexts would sit on its devices), so on GPUs a tree serves the
+cells of one kind that run one after another. A cell is done when every rank reported and is
+ready for the next, so nothing of it runs beside the next cell. A failed cell (an error, an OOM,
+a crash) ends its tree, and a cell past its timeout has its tree killed: the cell is recorded
+from its reports as a cell alone would be, and its kind's next cell starts a new tree. The trees
+end with the sweep, on Ctrl-C, or when the harness dies (each rank reads the end of its FIFO).
 """
 
 from __future__ import annotations
@@ -142,10 +142,13 @@ class SharedTrees:
         is none: (exit code, timed out, seconds) as
         :func:`scaling.execute.processes.run_process_tree` gives them, and the tree (its id,
         the cell's position in it, and its processes' ``token``). ``alone``: end the other
-        kinds' trees first (a GPU cell: their idle contexts would sit on its devices)."""
+        kinds' trees first (a GPU cell: their idle contexts would sit on its devices). The
+        trees that start together in the first cell have ``timeout_s`` to be ready, and the
+        cell its own ``timeout_s`` after them."""
         started = time.monotonic()
         if self.planned and not alone:
             self.start_planned(launch, started + timeout_s)
+        deadline = time.monotonic() + timeout_s
         tree = self.trees.pop(launch.key, None)
         if alone:
             for other in self.trees.values():
@@ -162,7 +165,7 @@ class SharedTrees:
         offset = tree.log_path.stat().st_size
         tree.cells += 1
         tree.send(str(cell_dir))
-        returncode, timed_out = self.wait(tree, cell_dir, launch.ranks, started + timeout_s)
+        returncode, timed_out = self.wait(tree, cell_dir, launch.ranks, deadline)
         with open(tree.log_path, "rb") as log, open(log_path, "ab") as own:
             log.seek(offset)
             own.write(log.read())
@@ -218,7 +221,7 @@ class SharedTrees:
             reports = [json.loads(path.read_text()) for path in cell_dir.glob("rank*.json")]
             if any(report["status"] != "ok" for report in reports) or not tree.alive():
                 return tree.end(grace_s=max(0.0, deadline - time.monotonic())), False
-            if len(reports) == ranks and all(idle(tree, rank) for rank in range(ranks)):
+            if len(reports) == ranks and ready(tree):
                 return 0, False
             if time.monotonic() > deadline:
                 tree.end(grace_s=0.0)

@@ -37,6 +37,11 @@ otherwise than by host name sets ``SCALING_NODE_NAME`` in its ranks' environment
 say); Slurm's slurmd sets ``SLURMD_NODENAME`` in every task it starts, which the launchers'
 ranks inherit. Without either, the host name (``node_name``)."""
 
+USER_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                          "scaling")
+"""The harness's per-user cache folder, as pip keeps its wheels: what does not change between
+runs (FLOP counts, JAX's compiled initialisers)."""
+
 FAULT_ENV = "SCALING_FAULT"
 FAULT_KINDS = ("crash", "hang", "error")
 

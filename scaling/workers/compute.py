@@ -15,6 +15,7 @@ framework.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import importlib.util
@@ -26,6 +27,7 @@ import time
 from typing import Dict, Optional
 
 from scaling.atomic import write_json_atomically
+from scaling.workers.common import USER_CACHE
 from scaling.workers.matmul_worker import KERNELS
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -38,8 +40,7 @@ CPU: under a GFLOP/s) is timed on smaller matrices, a product of about ``CEILING
 that its ceiling takes seconds rather than minutes."""
 _SIDES: Dict[tuple, int] = {}
 """The side this process settled on for each (framework, device type, dtype)."""
-FLOPS_CACHE = os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "scaling", "flops.json")
+FLOPS_CACHE = os.path.join(USER_CACHE, "flops.json")
 """Where the FLOP counts are kept, per user, as pip keeps its wheels: a count depends on the
 framework and its version, the workload's definition, the size and the mode, never on the
 machine or the run (:func:`counting_sources`)."""
@@ -95,7 +96,7 @@ def compute_report(cell: Dict, precision: str, flops_per_image, gradient_bytes: 
                    ["probe", framework, version, socket.gethostname(), cell["device_type"],
                     cell["threads_per_device"], dtype],
                    lambda: matmul_ceiling_tflops(framework, cell["device_type"], dtype))
-    flops = cached(FLOPS_CACHE, ["flops", framework, version, counting_sources(cell["models"]),
+    flops = cached(FLOPS_CACHE, ["flops", framework, version, counting_sources(),
                                  cell["workload"], cell["image_size"], cell["mode"]],
                    flops_per_image) if flops_per_image else None
     return {"flops_per_image": flops,
@@ -104,15 +105,15 @@ def compute_report(cell: Dict, precision: str, flops_per_image, gradient_bytes: 
             "matmul_probe_tflops": probe / devices_sharing if probe else None}
 
 
-def counting_sources(models: str) -> str:
-    """A digest of what a FLOP count rests on besides the framework: the workloads' registry,
-    the framework's model definitions (the module ``models``) and the counting rules
-    (``scaling/workers/*/flops.py``), so that an edit to any of them counts again."""
+def counting_sources() -> str:
+    """A digest of what a FLOP count rests on besides the framework: the workloads' definitions
+    (``workloads``) and the workers' code that builds, steps and counts them
+    (``scaling/workers``), so that an edit to any of it counts again."""
     digest = hashlib.sha256()
-    paths = [importlib.util.find_spec("workloads").origin, importlib.util.find_spec(models).origin,
-             *sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "*",
-                                            "flops.py")))]
-    for path in paths:
+    roots = [os.path.dirname(importlib.util.find_spec("workloads").origin),
+             os.path.dirname(__file__)]
+    for path in sorted(path for root in roots
+                       for path in glob.glob(os.path.join(root, "**", "*.py"), recursive=True)):
         with open(path, "rb") as source:
             digest.update(source.read())
     return digest.hexdigest()[:16]
@@ -122,7 +123,8 @@ def cached(path: Optional[str], key: list, measure):
     """``measure()``'s value under ``key`` in the JSON file at ``path``, measured and added
     there where it is missing (every time where ``path`` is None). Two ranks that measure the
     same key at once both write it: the file stays whole (an atomic write), and either value
-    serves."""
+    serves. A file that cannot be written (a read-only home) keeps nothing, and the value is
+    measured again next time."""
     if not path:
         return measure()
     name = json.dumps(key)
@@ -133,6 +135,7 @@ def cached(path: Optional[str], key: list, measure):
         entries = {}
     if name not in entries:
         entries[name] = measure()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_json_atomically(path, entries)
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_json_atomically(path, entries)
     return entries[name]

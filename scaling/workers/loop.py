@@ -340,11 +340,11 @@ def run_worker(build: Callable[[Dict, Dict, int], object], cap_heap: bool = True
 def run_cell(build, collective, cell_dir: str, rank: int, entered: float,
              cap_heap: bool, process_started: float) -> None:
     """One cell in this process: build the session and run the timed loop, or for a cell of
-    purpose ``allreduce``, build its collective and time it at the cell's sizes; then write
-    the rank's report, which says when the process started (``process_started``, before the
-    cell where it runs in a shared tree). A failure writes it and ends the process (``common.reporting``). A
-    ``tune`` trial times no references (``cell["references"]``): each second of it comes
-    out of the tune's budget."""
+    purpose ``allreduce``, build its collective and time it at the cell's sizes; then write the
+    rank's report, which says when the process started (``process_started``, before the cell
+    where it runs in a shared tree). A failure writes it and ends the process
+    (``common.reporting``). A ``tune`` trial times no references (``cell["references"]``): each
+    second of it comes out of the tune's budget."""
     cell = common.load_cell(cell_dir)
     if cap_heap:
         common.apply_memory_limit(cell["memory_limit"])

@@ -7,9 +7,9 @@ import contextlib
 import math
 import os
 
-INITIALISER_CACHE = os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "scaling",
-    "jax-initialisers")
+from scaling.workers.common import USER_CACHE
+
+INITIALISER_CACHE = os.path.join(USER_CACHE, "jax-initialisers")
 """Where :func:`cached_initialisers` keeps the compiled initialisers, per user, as pip keeps
 its wheels."""
 
