@@ -1,6 +1,6 @@
 """``scaling accept`` on a real two-node Slurm cluster: a run measured while n2 is slowed (its
-slurmd, and all it starts, under a fifth of a core; a repeat of its cell on each node) against
-a run of the healthy n1. n1 runs ahead of the machine's other work (ten times its weight), so
+slurmd, and all it starts, under two fifths of a core; a repeat of its cell on each node)
+against a run of the healthy n1. n1 runs ahead of the machine's other work (ten times its weight), so
 that the load of other tests moves its figures little: n1
 passes, n2 fails and, measured again on n2 (--confirm), the fail is confirmed; exit 1, a JUnit
 file CI can read, JSON. A run against itself passes with exit 0. Bad references and
@@ -19,7 +19,8 @@ from slurmcluster import SlurmCluster, missing_binaries
 from test_bad_input import assert_one_line_error
 from test_slurm import scaling
 
-SLOW_SHARE = 0.2
+SLOW_SHARE = 0.4
+"""n2's quota: under half of what n1, ahead, gets, beyond the tolerance of 0.7."""
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +32,8 @@ def cluster(tmp_path_factory):
 
 
 def swept(cluster, tmp_path, name, repeats=1, *flags):
-    """A one-thread tiny ``single`` cell (no launcher agent to start, on a node slowed to a
-    fifth of a core least of all: what is judged is the node, not the launcher), its first
+    """A one-thread tiny ``single`` cell (no launcher agent to start, on a slowed node least of
+    all: what is judged is the node, not the launcher), its first
     ``repeats`` repeats, with the sweep's ``flags``."""
     config = write_sweep(tmp_path / f"{name}-{repeats}.yaml", name=name, min_time_s=3,
                          threads_per_device=1, repeats=repeats,
