@@ -27,7 +27,7 @@ from scaling.execute.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings,
                                      window_on_this_host)
 from scaling.execute.processes import run_process_tree, worker_env
 from scaling.execute.store import ResultStore
-from scaling.execute.trees import Launch, SharedTrees, shareable
+from scaling.execute.trees import MAX_TREES, Launch, SharedTrees, shareable
 from scaling.execute.wall import wall_breakdown
 from scaling.frameworks import get_framework, missing_framework
 from scaling.launchers import default_python, get_launcher
@@ -188,9 +188,12 @@ def tree_launch(cell: Cell, placement: Placement, python: str,
 
 def first_launches(cells: List[Cell], pythons: Dict[str, str]) -> List[Launch]:
     """The launches of the shared trees that ``cells`` (a local sweep's, in order) start on
-    CPUs, each kind once, in the order of its first cell (:meth:`SharedTrees.plan`)."""
+    CPUs, each kind once, in the order of its first cell, the first :data:`MAX_TREES` kinds
+    only (:meth:`SharedTrees.plan`): the rest of a long sweep is not looked at."""
     launches: Dict[tuple, Launch] = {}
     for cell in cells:
+        if len(launches) == MAX_TREES:
+            break
         placement = local_placement(get_launcher(cell.launcher).ranks_per_node(cell))
         if cell.device_type == "cpu" and shareable(cell, placement):
             python = pythons.get(cell.environment) or default_python(cell.framework,

@@ -16,6 +16,7 @@ framework.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import hashlib
 import importlib.util
@@ -105,10 +106,12 @@ def compute_report(cell: Dict, precision: str, flops_per_image, gradient_bytes: 
             "matmul_probe_tflops": probe / devices_sharing if probe else None}
 
 
+@functools.lru_cache(maxsize=None)
 def counting_sources() -> str:
     """A digest of what a FLOP count rests on besides the framework: the workloads' definitions
     (``workloads``) and the workers' code that builds, steps and counts them
-    (``scaling/workers``), so that an edit to any of it counts again."""
+    (``scaling/workers``), so that an edit to any of it counts again. Read once a process:
+    the cells of a shared tree run the code it started with."""
     digest = hashlib.sha256()
     roots = [os.path.dirname(importlib.util.find_spec("workloads").origin),
              os.path.dirname(__file__)]
