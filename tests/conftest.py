@@ -64,6 +64,16 @@ def scaling_cli_ok(*args, **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
+def swept_records(config, out_dir, **kwargs) -> list:
+    """``scaling sweep CONFIG --out OUT_DIR`` (with ``scaling_cli``'s keywords): its records,
+    with the command's exit status checked against them: 0 when every cell is ok, else 1."""
+    result = scaling_cli("sweep", config, "--out", out_dir, **kwargs)
+    assert result.returncode in (0, 1), result.stderr
+    records = read_records(out_dir)
+    assert result.returncode == (0 if all(r["status"] == "ok" for r in records) else 1)
+    return records
+
+
 def rank_reports(record) -> list:
     cell_dir = Path(record["log"]).parent
     return [json.loads(p.read_text()) for p in sorted(cell_dir.glob("rank*.json"))]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_images_per_sec, rank_reports, read_records, scaling_cli, write_sweep
+from conftest import (check_images_per_sec, rank_reports, read_records, scaling_cli,
+                      swept_records, write_sweep)
 
 pytest.importorskip("jax", reason="JAX is not installed (pip install -e '.[jax]')")
 
@@ -49,12 +50,8 @@ def sweep_jax(folder: Path, env=None, **spec) -> list:
     spec = {"frameworks": {"jax": {"launchers": ["jax"]}}, "image_size": 16, "steps": 4,
             "warmup": 1, "timeout_s": 300, "references": "none", **spec}
     folder.mkdir(parents=True, exist_ok=True)
-    result = scaling_cli("sweep", write_sweep(folder / "sweep.yaml", **spec),
-                         "--out", folder / "out", env=env, timeout=1800)
-    assert result.returncode in (0, 1), result.stderr
-    records = read_records(folder / "out")
-    assert result.returncode == (0 if all(r["status"] == "ok" for r in records) else 1)
-    return records
+    return swept_records(write_sweep(folder / "sweep.yaml", **spec), folder / "out", env=env,
+                         timeout=1800)
 
 
 @pytest.fixture(scope="module")

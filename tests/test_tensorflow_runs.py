@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import (check_images_per_sec, fresh_process_value, leftover_cell_processes,
-                      rank_reports, read_records, scaling_cli, scaling_in_process, write_sweep)
+                      rank_reports, read_records, scaling_cli, scaling_in_process, swept_records,
+                      write_sweep)
 from cpugroup import AHEAD_SHARES, cpu_group
 from scaling.execute.monitor import TELEMETRY_FILE
 from workloads import WORKLOADS
@@ -90,15 +91,9 @@ def sweep_records(folder, sweeps, cpu_group=None) -> list:
     """Run each sweep of ``sweeps`` (a name -> its ``write_sweep`` overrides) into its own
     folder under ``folder`` (in ``cpu_group``, where given): every record. Each sweep exits 0
     when its every cell is ok, else 1."""
-    records = []
-    for name, overrides in sweeps.items():
-        config = write_sweep(folder / f"{name}.yaml", **overrides)
-        result = scaling_cli("sweep", config, "--out", folder / name, cpu_group=cpu_group)
-        assert result.returncode in (0, 1), result.stderr
-        ran = read_records(folder / name)
-        assert result.returncode == (0 if all(r["status"] == "ok" for r in ran) else 1)
-        records += ran
-    return records
+    return [record for name, overrides in sweeps.items()
+            for record in swept_records(write_sweep(folder / f"{name}.yaml", **overrides),
+                                        folder / name, cpu_group=cpu_group)]
 
 
 IMAGENET_SIZES = {"alexnet": 63, "googlenet": 32, "resnet50": 32, "inception_v3": 75}
