@@ -5,6 +5,7 @@ pids in its pid files."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
 import shutil
@@ -36,6 +37,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+_CLUSTERS = itertools.count()
+
+
+def _first_job_id() -> int:
+    """Job ids no other cluster on this machine numbers alike: of its pytest process and its
+    place among that process's clusters. A step's rendezvous port follows from its job id
+    (``scaling.slurm.environment.rendezvous_port``), and every cluster's nodes share the same
+    addresses here, so two clusters counting from 1 at once listened on the same ports."""
+    return 1 + 100 * ((os.getpid() % 6000) * 100 + next(_CLUSTERS) % 100)
+
+
 class SlurmCluster:
     """``with SlurmCluster(tmp, nodes=2) as cluster:`` runs jobs with ``cluster.env``."""
 
@@ -60,6 +72,7 @@ class SlurmCluster:
             "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none", "MinJobAge=86400", "KillWait=5",
             "InactiveLimit=0", "SchedulerParameters=defer_batch",
+            f"FirstJobId={_first_job_id()}",
             f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool-%n'}",
             f"SlurmctldPidFile={root / 'slurmctld.pid'}",
             f"SlurmdPidFile={root / 'slurmd-%n.pid'}",

@@ -182,7 +182,13 @@ def test_an_allocation_over_the_memory_cap_is_oom(request, tmp_path, launcher):
         record = run_jax(tmp_path / "out", launcher=launcher, devices=2, batch=4096, size=32,
                          steps=1, extra=("--memory-limit", "768MiB"))
     assert record["status"] == "oom"
-    assert "RESOURCE_EXHAUSTED" in record["error"]
+    if launcher == "jax-distributed" or "RESOURCE_EXHAUSTED" in record["error"]:
+        assert record["oom_evidence"].startswith("framework error: JaxRuntimeError: "
+                                                 "RESOURCE_EXHAUSTED")
+    else:
+        # Just over the search's edge, an XLA kernel's scratch memory may run out before XLA's
+        # own buffers do ("INTERNAL: YNNPACK operation failed"): oom on the cap's evidence.
+        assert " cap" in record["oom_evidence"], record
 
 
 @pytest.mark.slow
