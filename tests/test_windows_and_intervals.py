@@ -14,7 +14,8 @@ from scipy import stats
 
 from scaling.report.tables import with_scaling
 from scaling.uncertainty import throughput_interval
-from scaling.workers.window_plan import MAX_WINDOWS, chunk_length, planned_steps, warmup_steps
+from scaling.workers.window_plan import (MAX_WINDOWS, calibration_steps_more, chunk_length,
+                                         planned_steps, warmup_steps)
 
 TINY = ("--workload", "cifar10", "--image-size", "16", "--batch-size", "4")
 MIN_TIME_S = 1.5
@@ -78,6 +79,9 @@ def test_the_plan_adds_whole_chunks_to_the_asked_steps_after_a_warm_up_that_cali
     assert planned_steps(cell, 1.0) == 25  # the asked steps already last longer
     # 1.2 x 2 s at 0.01 s a step: 240 steps, 215 beyond the asked 25, in chunks of 2: 216.
     assert planned_steps(cell, 0.01) == 25 + 216
+    # Three calibration steps of 0.02 s: 22 more, so that the 25 last half a second.
+    assert calibration_steps_more(0.06, 3) == 22
+    assert calibration_steps_more(0.6, 3) == 0
 
 
 def test_a_window_on_real_data_outlasts_what_its_loader_workers_hold_ready():

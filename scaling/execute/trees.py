@@ -88,13 +88,17 @@ class Tree:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def end(self, grace_s: float = CLOSE_S) -> Optional[int]:
-        """Close the FIFOs (each rank reads their end and exits), give the tree ``grace_s``,
-        and kill what is left; the launcher's exit code."""
+    def hang_up(self) -> None:
+        """Close the FIFOs: each rank reads their end and exits."""
         for fd in self.fifos:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fifos = []
+
+    def end(self, grace_s: float = CLOSE_S) -> Optional[int]:
+        """:meth:`hang_up`, give the tree ``grace_s``, and kill what is left; the launcher's
+        exit code."""
+        self.hang_up()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace_s)
         kill_cell_processes(self.token)
@@ -122,8 +126,10 @@ class SharedTrees:
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
-        """End every tree: given :data:`CLOSE_S` to leave after the sweep, at once after
-        Ctrl-C or an error."""
+        """End every tree: all told at once, and given :data:`CLOSE_S` to leave after the
+        sweep, none after Ctrl-C or an error."""
+        for tree in self.trees.values():
+            tree.hang_up()
         for tree in self.trees.values():
             tree.close(grace_s=CLOSE_S if kind is None else 0.0)
         self.trees.clear()

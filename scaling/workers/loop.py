@@ -47,35 +47,49 @@ import statistics
 import sys
 import threading
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from scaling.workers import collective_env, common, input_data, tree
 from scaling.workers.breakdown import (PROFILE_STEPS, breakdown_of_trace,
                                        with_exposed_communication)
 from scaling.workers.collective import gradient_allreduce, time_sizes
-from scaling.workers.window_plan import (CALIBRATION_SKIP, MAX_WINDOWS, chunk_length,
-                                         planned_steps, warmup_steps)
+from scaling.workers.window_plan import (CALIBRATION_SKIP, MAX_WINDOWS,
+                                         calibration_steps_more, chunk_length, planned_steps,
+                                         warmup_steps)
 
 
 SESSION_COLLECTIVES = ("barrier", "agree_max")
 """The session's methods that communicate across ranks, counted inside the window."""
 
 
-def warm_up(session, cell: Dict, faults: common.FaultInjector) -> Optional[float]:
-    """Run the :func:`warmup_steps` and, under ``min_time_s``, return the mean time of those
-    after the first :data:`CALIBRATION_SKIP` (None otherwise). The device is synchronized at the
-    edges of the timed steps only."""
-    count, started = warmup_steps(cell), None
+def warm_up(session, cell: Dict, faults: common.FaultInjector) -> Tuple[Optional[float], int]:
+    """Run the :func:`warmup_steps` and, under ``min_time_s``, time those after the first
+    :data:`CALIBRATION_SKIP`, with as many steps more as any rank needs for them to last
+    :data:`CALIBRATION_MIN_S` (agreed in one collective). Returns their mean time (None without
+    ``min_time_s``) and the steps run. The device is synchronized at the edges of the timed
+    steps only."""
+    count, calibrate = warmup_steps(cell), cell.get("min_time_s", 0.0) > 0
+    started = None
     for index in range(count):
-        if index == CALIBRATION_SKIP and cell.get("min_time_s", 0.0) > 0:
+        if index == CALIBRATION_SKIP and calibrate:
             session.synchronize()
             started = time.perf_counter()
-        faults.at_step(index)
-        common.clear_errno()
-        session.step()
+        _step(session, faults, index)
     session.synchronize()
-    return None if started is None else \
-        (time.perf_counter() - started) / (count - CALIBRATION_SKIP)
+    if started is None:
+        return None, count
+    timed = count - CALIBRATION_SKIP
+    more = session.agree_max(calibration_steps_more(time.perf_counter() - started, timed))
+    for index in range(count, count + more):
+        _step(session, faults, index)
+    session.synchronize()
+    return (time.perf_counter() - started) / (timed + more), count + more
+
+
+def _step(session, faults: common.FaultInjector, index: int) -> None:
+    faults.at_step(index)
+    common.clear_errno()
+    session.step()
 
 
 @contextlib.contextmanager
@@ -112,8 +126,7 @@ def timed_window(session, cell: Dict, faults: common.FaultInjector) -> Dict:
     is timed again, up to :data:`MAX_WINDOWS` in all, planned on its own pace; ``windows`` says
     how many were timed, and the last one counts.
     """
-    step_s, first, min_time_s = warm_up(session, cell, faults), warmup_steps(cell), \
-        cell.get("min_time_s", 0.0)
+    (step_s, first), min_time_s = warm_up(session, cell, faults), cell.get("min_time_s", 0.0)
     for windows in range(1, MAX_WINDOWS + 1):
         own = planned_steps(cell, step_s)
         planned = session.agree_max(own) if min_time_s > 0 else own
@@ -148,9 +161,7 @@ def one_window(session, cell: Dict, faults: common.FaultInjector, planned: int,
         while steps < planned:
             count = min(length, planned - steps)
             for _ in range(count):
-                faults.at_step(first + steps)
-                common.clear_errno()
-                session.step()
+                _step(session, faults, first + steps)
                 steps += 1
                 if timer:
                     timer.mark()
