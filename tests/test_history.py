@@ -6,11 +6,11 @@ Every run's one-thread cell runs in a CPU group of its own, ahead of the machine
 (ten times its weight), so that whatever else the machine runs moves its images/sec little;
 the group's quota of one core holds it and anything beside it in the group. The node is slowed
 by lowering the quota to 0.3 of a core (about -70%); the busy neighbours are two processes
-spinning in the same group (about -67%). Either holds from the moment the cell's process starts, before
-its imports, until its rank has reported, after its window: all that its figures are taken
-from; the sweep's own start and bookkeeping run at the full core either way. Changes are
-reported from 40%, beyond what two runs of the same tiny cell differ by here (25% and more
-while the machine's other work comes and goes)."""
+spinning in the same group (about -67%). Either holds from the moment the cell's process
+starts, before its imports, until its rank has reported, after its window: all that its
+figures are taken from; the sweep's own start and bookkeeping run at the full core either
+way. Changes are reported from 40%, beyond what two runs of the same tiny cell differ by here
+(25% and more while the machine's other work comes and goes)."""
 
 from __future__ import annotations
 

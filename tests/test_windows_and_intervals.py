@@ -79,9 +79,9 @@ def test_the_plan_adds_whole_chunks_to_the_asked_steps_after_a_warm_up_that_cali
     assert planned_steps(cell, 1.0) == 25  # the asked steps already last longer
     # 1.2 x 2 s at 0.01 s a step: 240 steps, 215 beyond the asked 25, in chunks of 2: 216.
     assert planned_steps(cell, 0.01) == 25 + 216
-    # Three calibration steps of 0.02 s: 22 more, so that the 25 last half a second.
-    assert calibration_steps_more(0.06, 3) == 22
-    assert calibration_steps_more(0.6, 3) == 0
+    # Three calibration steps of 0.01 s: 17 more, so that the 20 last a tenth of 2 s.
+    assert calibration_steps_more(cell, 0.03, 3) == 17
+    assert calibration_steps_more(cell, 0.3, 3) == 0
 
 
 def test_a_window_on_real_data_outlasts_what_its_loader_workers_hold_ready():

@@ -64,10 +64,10 @@ SESSION_COLLECTIVES = ("barrier", "agree_max")
 
 def warm_up(session, cell: Dict, faults: common.FaultInjector) -> Tuple[Optional[float], int]:
     """Run the :func:`warmup_steps` and, under ``min_time_s``, time those after the first
-    :data:`CALIBRATION_SKIP`, with as many steps more as any rank needs for them to last
-    :data:`CALIBRATION_MIN_S` (agreed in one collective). Returns their mean time (None without
-    ``min_time_s``) and the steps run. The device is synchronized at the edges of the timed
-    steps only."""
+    :data:`CALIBRATION_SKIP`, with as many steps more as any rank needs for them to last a
+    share of ``min_time_s`` (:func:`calibration_steps_more`, agreed in one collective).
+    Returns their mean time (None without ``min_time_s``) and the steps run. The device is
+    synchronized at the edges of the timed steps only."""
     count, calibrate = warmup_steps(cell), cell.get("min_time_s", 0.0) > 0
     started = None
     for index in range(count):
@@ -79,7 +79,8 @@ def warm_up(session, cell: Dict, faults: common.FaultInjector) -> Tuple[Optional
     if started is None:
         return None, count
     timed = count - CALIBRATION_SKIP
-    more = session.agree_max(calibration_steps_more(time.perf_counter() - started, timed))
+    more = session.agree_max(calibration_steps_more(cell, time.perf_counter() - started,
+                                                         timed))
     for index in range(count, count + more):
         _step(session, faults, index)
     session.synchronize()

@@ -22,11 +22,12 @@ CALIBRATION_SKIP = 2
 CALIBRATION_STEPS = 3
 """Warm-up steps, at least, timed after those for the calibration under ``min_time_s``."""
 
-CALIBRATION_MIN_S = 0.5
-"""Seconds the calibration's steps last at least: the warm-up runs whole steps more, as many as
-the ranks need at most, until they do. Tiny steps timed three at a time misjudged the window's
-pace beyond :data:`PLAN_MARGIN` (29 of 146 cells of under 0.15 s a step, none of 64 of over
-0.3 s), and each of those timed a second window."""
+CALIBRATION_SHARE = 0.1
+"""The calibration's steps last at least this share of ``min_time_s``: the warm-up runs whole
+steps more, as many as the ranks need at most, until they do. Tiny steps timed three at a time
+misjudged the window's pace beyond :data:`PLAN_MARGIN` (29 of 146 cells of under 0.15 s a step,
+2 of 16 up to 0.3 s, none of 64 of over 0.3 s), and each of those timed a second window: a
+window's time more, where a tenth of it more calibrates."""
 
 PLAN_MARGIN = 1.2
 """A window under ``min_time_s`` is planned to last this much longer: the warm-up's steps,
@@ -59,12 +60,13 @@ def warmup_steps(cell: Dict) -> int:
     return cell["warmup"]
 
 
-def calibration_steps_more(seconds: float, steps: int) -> int:
+def calibration_steps_more(cell: Dict, seconds: float, steps: int) -> int:
     """Steps to run after ``steps`` calibration steps that lasted ``seconds``, so that the
-    calibration lasts :data:`CALIBRATION_MIN_S` at their pace."""
-    if seconds >= CALIBRATION_MIN_S:
+    calibration lasts :data:`CALIBRATION_SHARE` of the cell's ``min_time_s`` at their pace."""
+    floor = CALIBRATION_SHARE * cell.get("min_time_s", 0.0)
+    if seconds >= floor:
         return 0
-    return math.ceil(CALIBRATION_MIN_S * steps / max(seconds, 1e-9)) - steps
+    return math.ceil(floor * steps / max(seconds, 1e-9) - 1e-6) - steps
 
 
 def ready_floor(cell: Dict) -> int:
