@@ -5,6 +5,7 @@ and a report section."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from collections import Counter
 import pytest
 import yaml
 from conftest import read_records
+from cpugroup import AHEAD_SHARES, cpu_group, join
 from slurmcluster import SlurmCluster, missing_binaries
 
 from scaling.execute.store import ResultStore
@@ -95,19 +97,21 @@ def test_a_tiny_budget_tune_ends_within_it_and_answers(tuned):
 
 @pytest.mark.slow
 def test_a_batch_far_faster_than_the_default_wins_and_the_ablation_credits_it(tmp_path):
-    """One thread per device: with two, a neighbour busy on the same two cores slows these
-    millisecond steps tenfold at times (each step's threads wait for each other), and the
-    best's interval then reaches down to the default's."""
+    """One thread per device, in a CPU group ahead of the neighbouring tests' processes: with
+    two threads, or beside a neighbour's burst, these millisecond steps slow tenfold at times
+    (each step's threads wait for each other), and the best's interval then reaches down to
+    the default's."""
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({"launchers": ["single"], "batch_sizes": [1, 64],
                                      "options": {"amp": [DEFAULT],
                                                  "channels_last": [DEFAULT]}}))
     out = tmp_path / "out"
-    ran = subprocess.run(
-        [sys.executable, "-m", "scaling", "tune", "--workload", "mnist_mlp", "--devices", "1",
-         "--device-type", "cpu", "--threads-per-device", "1", "--budget", "120s", "--space",
-         str(space), "--out", str(out)],
-        capture_output=True, text=True, timeout=600)
+    with cpu_group(f"scaling-tune-{os.getpid()}-{tmp_path.name}", shares=AHEAD_SHARES) as group:
+        ran = subprocess.run(
+            [sys.executable, "-m", "scaling", "tune", "--workload", "mnist_mlp", "--devices",
+             "1", "--device-type", "cpu", "--threads-per-device", "1", "--budget", "120s",
+             "--space", str(space), "--out", str(out)],
+            capture_output=True, text=True, timeout=600, preexec_fn=lambda: join(group))
     assert ran.returncode == 0, ran.stderr
     summary = json.loads((out / "tune.json").read_text())
     assert summary["elapsed_s"] <= 1.1 * 120
