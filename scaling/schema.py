@@ -44,8 +44,8 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
     "calibration_step_s": "under min_time_s, the mean time of the warm-up's steps after its "
                           "first two, on which the window's steps are planned (for a window "
                           "timed again, the pace of the one before); null otherwise",
-    "windows": "windows timed: 1, or under min_time_s 2 where the first fell short of it on "
-               "some rank (the last one is reported)",
+    "windows": "windows timed: 1, or under min_time_s up to 3, one more each time one fell "
+               "short of it on some rank (the last one is reported)",
     "steps_planned": "the steps this rank's calibration asked for: the asked steps, and under "
                      "min_time_s the whole chunks more that last it (scaling.workers.loop."
                      "planned_steps)",

@@ -41,11 +41,12 @@ _CLUSTERS = itertools.count()
 
 
 def _first_job_id() -> int:
-    """Job ids no other cluster on this machine numbers alike: of its pytest process and its
-    place among that process's clusters. A step's rendezvous port follows from its job id
-    (``scaling.slurm.environment.rendezvous_port``), and every cluster's nodes share the same
-    addresses here, so two clusters counting from 1 at once listened on the same ports."""
-    return 1 + 100 * ((os.getpid() % 6000) * 100 + next(_CLUSTERS) % 100)
+    """Job ids no other cluster on this machine numbers alike: one of 300 blocks of 100, by its
+    pytest process and its place among that process's clusters. A step's rendezvous port
+    follows from its job id (``scaling.slurm.environment.rendezvous_port``: 131 x the id, modulo
+    30,000), and every cluster's nodes share the same addresses here, so two clusters counting
+    from 1 at once listened on the same ports; two blocks apart keep theirs apart."""
+    return 1 + 100 * ((os.getpid() + 37 * next(_CLUSTERS)) % 300)
 
 
 class SlurmCluster:

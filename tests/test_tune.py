@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 import yaml
-from conftest import read_records
-from cpugroup import AHEAD_SHARES, cpu_group, join
+from conftest import read_records, scaling_cli
+from cpugroup import AHEAD_SHARES, cpu_group
 from slurmcluster import SlurmCluster, missing_binaries
 
 from scaling.execute.store import ResultStore
@@ -107,11 +107,9 @@ def test_a_batch_far_faster_than_the_default_wins_and_the_ablation_credits_it(tm
                                                  "channels_last": [DEFAULT]}}))
     out = tmp_path / "out"
     with cpu_group(f"scaling-tune-{os.getpid()}-{tmp_path.name}", shares=AHEAD_SHARES) as group:
-        ran = subprocess.run(
-            [sys.executable, "-m", "scaling", "tune", "--workload", "mnist_mlp", "--devices",
-             "1", "--device-type", "cpu", "--threads-per-device", "1", "--budget", "120s",
-             "--space", str(space), "--out", str(out)],
-            capture_output=True, text=True, timeout=600, preexec_fn=lambda: join(group))
+        ran = scaling_cli("tune", "--workload", "mnist_mlp", "--devices", 1, "--device-type",
+                          "cpu", "--threads-per-device", 1, "--budget", "120s", "--space", space,
+                          "--out", out, timeout=600, cpu_group=group)
     assert ran.returncode == 0, ran.stderr
     summary = json.loads((out / "tune.json").read_text())
     assert summary["elapsed_s"] <= 1.1 * 120

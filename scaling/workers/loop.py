@@ -65,9 +65,9 @@ SESSION_COLLECTIVES = ("barrier", "agree_max")
 def warm_up(session, cell: Dict, faults: common.FaultInjector) -> Tuple[Optional[float], int]:
     """Run the :func:`warmup_steps` and, under ``min_time_s``, time those after the first
     :data:`CALIBRATION_SKIP`, with as many steps more as any rank needs for them to last a
-    share of ``min_time_s`` (:func:`calibration_steps_more`, agreed in one collective).
-    Returns their mean time (None without ``min_time_s``) and the steps run. The device is
-    synchronized at the edges of the timed steps only."""
+    share of ``min_time_s`` (:func:`calibration_steps_more`, agreed in one collective, whose
+    time is not theirs). Returns their mean time (None without ``min_time_s``) and the steps
+    run. The device is synchronized at the edges of the timed steps only."""
     count, calibrate = warmup_steps(cell), cell.get("min_time_s", 0.0) > 0
     started = None
     for index in range(count):
@@ -78,13 +78,15 @@ def warm_up(session, cell: Dict, faults: common.FaultInjector) -> Tuple[Optional
     session.synchronize()
     if started is None:
         return None, count
-    timed = count - CALIBRATION_SKIP
-    more = session.agree_max(calibration_steps_more(cell, time.perf_counter() - started,
-                                                         timed))
-    for index in range(count, count + more):
-        _step(session, faults, index)
-    session.synchronize()
-    return (time.perf_counter() - started) / (timed + more), count + more
+    timed, seconds = count - CALIBRATION_SKIP, time.perf_counter() - started
+    more = session.agree_max(calibration_steps_more(cell, seconds, timed))
+    if more:
+        resumed = time.perf_counter()
+        for index in range(count, count + more):
+            _step(session, faults, index)
+        session.synchronize()
+        seconds += time.perf_counter() - resumed
+    return seconds / (timed + more), count + more
 
 
 def _step(session, faults: common.FaultInjector, index: int) -> None:

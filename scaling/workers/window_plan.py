@@ -29,6 +29,9 @@ misjudged the window's pace beyond :data:`PLAN_MARGIN` (29 of 146 cells of under
 2 of 16 up to 0.3 s, none of 64 of over 0.3 s), and each of those timed a second window: a
 window's time more, where a tenth of it more calibrates."""
 
+MIN_STEP_S = 1e-6
+"""The shortest step a calibration believes: the steps it adds stay bounded."""
+
 PLAN_MARGIN = 1.2
 """A window under ``min_time_s`` is planned to last this much longer: the warm-up's steps,
 which still run a little slow (about 10% in tiny cells on a loaded 2-core machine), make the
@@ -66,7 +69,7 @@ def calibration_steps_more(cell: Dict, seconds: float, steps: int) -> int:
     floor = CALIBRATION_SHARE * cell.get("min_time_s", 0.0)
     if seconds >= floor:
         return 0
-    return math.ceil(floor * steps / max(seconds, 1e-9) - 1e-6) - steps
+    return math.ceil(floor / max(seconds / steps, MIN_STEP_S) - 1e-6) - steps
 
 
 def ready_floor(cell: Dict) -> int:
