@@ -5,7 +5,6 @@ pids in its pid files."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import secrets
 import shutil
@@ -37,18 +36,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-_CLUSTERS = itertools.count()
-
-
-def _first_job_id() -> int:
-    """Job ids no other cluster on this machine numbers alike: one of 300 blocks of 100, by its
-    pytest process and its place among that process's clusters. A step's rendezvous port
-    follows from its job id (``scaling.slurm.environment.rendezvous_port``: 131 x the id, modulo
-    30,000), and every cluster's nodes share the same addresses here, so two clusters counting
-    from 1 at once listened on the same ports; two blocks apart keep theirs apart."""
-    return 1 + 100 * ((os.getpid() + 37 * next(_CLUSTERS)) % 300)
-
-
 class SlurmCluster:
     """``with SlurmCluster(tmp, nodes=2) as cluster:`` runs jobs with ``cluster.env``."""
 
@@ -73,7 +60,6 @@ class SlurmCluster:
             "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none", "MinJobAge=86400", "KillWait=5",
             "InactiveLimit=0", "SchedulerParameters=defer_batch",
-            f"FirstJobId={_first_job_id()}",
             f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool-%n'}",
             f"SlurmctldPidFile={root / 'slurmctld.pid'}",
             f"SlurmdPidFile={root / 'slurmd-%n.pid'}",

@@ -63,13 +63,11 @@ SESSION_COLLECTIVES = ("barrier", "agree_max")
 
 
 def warm_up(session, cell: Dict, faults: common.FaultInjector) -> Tuple[Optional[float], int]:
-    """Run the :func:`warmup_steps` and, under ``min_time_s``, time those after the first
-    :data:`CALIBRATION_SKIP`, with as many steps more as any rank needs for them to last a
-    share of ``min_time_s`` (:func:`calibration_steps_more`, agreed in one collective, whose
-    time is not theirs). Returns their mean time (None without ``min_time_s``) and the steps
-    run. The device is synchronized at the edges of the timed steps only."""
-    count, calibrate = warmup_steps(cell), cell.get("min_time_s", 0.0) > 0
-    started = None
+    """The :func:`warmup_steps`, and under ``min_time_s`` as many more as any rank needs
+    (:func:`calibration_steps_more`, agreed in one collective outside the timed steps): the
+    mean time of those after the first :data:`CALIBRATION_SKIP` (None without ``min_time_s``),
+    and the steps run. The device is synchronized at the edges of the timed steps only."""
+    count, calibrate, started = warmup_steps(cell), cell.get("min_time_s", 0.0) > 0, None
     for index in range(count):
         if index == CALIBRATION_SKIP and calibrate:
             session.synchronize()
@@ -80,12 +78,11 @@ def warm_up(session, cell: Dict, faults: common.FaultInjector) -> Tuple[Optional
         return None, count
     timed, seconds = count - CALIBRATION_SKIP, time.perf_counter() - started
     more = session.agree_max(calibration_steps_more(cell, seconds, timed))
-    if more:
-        resumed = time.perf_counter()
-        for index in range(count, count + more):
-            _step(session, faults, index)
-        session.synchronize()
-        seconds += time.perf_counter() - resumed
+    resumed = time.perf_counter()
+    for index in range(count, count + more):
+        _step(session, faults, index)
+    session.synchronize()
+    seconds += time.perf_counter() - resumed
     return seconds / (timed + more), count + more
 
 
