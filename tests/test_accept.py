@@ -1,9 +1,8 @@
 """``scaling accept`` on a real two-node Slurm cluster: a run measured while n2 is slowed (its
 slurmd, and all it starts, under two fifths of a core; a repeat of its cell on each node)
-against a run of the healthy n1. n1 runs ahead of the machine's other work (ten times its weight), so
-that the load of other tests moves its figures little: n1
-passes, n2 fails and, measured again on n2 (--confirm), the fail is confirmed; exit 1, a JUnit
-file CI can read, JSON. A run against itself passes with exit 0. Bad references and
+against a run of the healthy n1. n1 runs ahead of the machine's other work (ten times its
+weight), so that the load of other tests moves its figures little: n1 passes, n2 fails and,
+measured again on n2 (--confirm), the fail is confirmed; exit 1, a JUnit file CI can read, JSON. A run against itself passes with exit 0. Bad references and
 tolerances are one-line errors."""
 
 from __future__ import annotations
@@ -33,8 +32,8 @@ def cluster(tmp_path_factory):
 
 def swept(cluster, tmp_path, name, repeats=1, *flags):
     """A one-thread tiny ``single`` cell (no launcher agent to start, on a slowed node least of
-    all: what is judged is the node, not the launcher), its first
-    ``repeats`` repeats, with the sweep's ``flags``."""
+    all: what is judged is the node, not the launcher), its first ``repeats`` repeats, with the
+    sweep's ``flags``."""
     config = write_sweep(tmp_path / f"{name}-{repeats}.yaml", name=name, min_time_s=3,
                          threads_per_device=1, repeats=repeats,
                          frameworks={"torch": {"launchers": ["single"]}})
