@@ -2,8 +2,9 @@
 slurmd, and all it starts, under two fifths of a core; a repeat of its cell on each node)
 against a run of the healthy n1. n1 runs ahead of the machine's other work (ten times its
 weight), so that the load of other tests moves its figures little: n1 passes, n2 fails and,
-measured again on n2 (--confirm), the fail is confirmed; exit 1, a JUnit file CI can read, JSON. A run against itself passes with exit 0. Bad references and
-tolerances are one-line errors."""
+measured again on n2 (--confirm), the fail is confirmed; exit 1, a JUnit file CI can read,
+JSON. A run against itself passes with exit 0. Bad references and tolerances are one-line
+errors."""
 
 from __future__ import annotations
 
