@@ -128,13 +128,17 @@ class SharedTrees:
     def __exit__(self, kind, error, traceback) -> None:
         """End every tree: all told at once, and given :data:`CLOSE_S` to leave after the
         sweep, none after Ctrl-C or an error."""
+        self.close_all(grace_s=CLOSE_S if kind is None else 0.0)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
+
+    def close_all(self, grace_s: float = CLOSE_S) -> None:
+        """End every tree: all told at once, then each given ``grace_s`` to leave."""
         for tree in self.trees.values():
             tree.hang_up()
         for tree in self.trees.values():
-            tree.close(grace_s=CLOSE_S if kind is None else 0.0)
+            tree.close(grace_s)
         self.trees.clear()
-        with contextlib.suppress(OSError):
-            self.root.rmdir()
 
     def plan(self, launches: List[Launch]) -> None:
         """Start these kinds' trees together with the first cell's (at most
@@ -157,9 +161,7 @@ class SharedTrees:
         deadline = time.monotonic() + timeout_s
         tree = self.trees.pop(launch.key, None)
         if alone:
-            for other in self.trees.values():
-                other.close()
-            self.trees.clear()
+            self.close_all()
         if tree is not None and not tree.alive():
             tree.close()
             tree = None
