@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from cpugroup import join
-from slurmcluster import wait_until  # noqa: F401  (the tests' one wait on a condition)
+from waiting import wait_until  # noqa: F401  (the tests' one wait on a condition)
 
 from scaling.execute.ceiling import CEILINGS_ENV
 from scaling.execute.processes import TOKEN_ENV

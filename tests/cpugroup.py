@@ -9,9 +9,11 @@ holds a process and all it starts, sessions and all.
 from __future__ import annotations
 
 import contextlib
+import errno
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 AHEAD_SHARES = 10 * 1024
@@ -34,10 +36,24 @@ def cpu_group(name: str, **settings):
             (group / f"cpu.{key}").write_text(str(value))
         yield group
     finally:
-        for left in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (CPU_CGROUPS / "cgroup.procs").write_text(left)
+        wait_until(lambda: _emptied_and_removed(group), f"{group} emptied and removed",
+                   timeout=60)
+
+
+def _emptied_and_removed(group: Path) -> bool:
+    """Move every process still in ``group`` back to the root group, then remove it; False
+    while the kernel refuses, as a process there started another since it was read, or has
+    not yet left after its exit."""
+    for left in (group / "cgroup.procs").read_text().split():
+        with contextlib.suppress(OSError):
+            (CPU_CGROUPS / "cgroup.procs").write_text(left)
+    try:
         group.rmdir()
+    except OSError as error:
+        if error.errno != errno.EBUSY:
+            raise
+        return False
+    return True
 
 
 def join(group: Path) -> None:

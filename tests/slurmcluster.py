@@ -5,18 +5,23 @@ pids in its pid files."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Dict, List
 
 import psutil
 from cpugroup import cpu_group
+from waiting import wait_until
+
+_NUMBERS = itertools.count()
+"""Each cluster of this pytest process is named apart from the others', and from every other
+process's, as they share node addresses and number their jobs alike from 1."""
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
 
@@ -52,7 +57,7 @@ class SlurmCluster:
         root = self.root
         (root / "state").mkdir(parents=True, exist_ok=True)
         lines = [
-            "ClusterName=scalingtest", "SlurmctldHost=localhost(127.0.0.1)",
+            f"ClusterName=scaling{os.getpid()}c{next(_NUMBERS)}", "SlurmctldHost=localhost(127.0.0.1)",
             f"SlurmctldPort={_free_port()}", "AuthType=auth/munge", "CredType=cred/munge",
             f"AuthInfo=socket={root / 'munge.socket'}", "SlurmUser=root", "SlurmdUser=root",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
@@ -168,16 +173,3 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def wait_until(condition, what: str, timeout: float = 300.0):
-    """Poll ``condition`` until it returns something true, and return that; raise, saying
-    ``what`` was awaited, after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout:g} s")
-        time.sleep(0.2)

@@ -22,6 +22,7 @@ from slurmcluster import SlurmCluster, missing_binaries, wait_until
 
 from scaling.cli import cli
 from scaling.schema import RECORD_FIELDS
+from scaling.slurm.environment import rendezvous_port
 from scaling.slurm.queue import VANISH_GRACE_ENV
 
 HOSTILE = "a'; touch PWNED; echo '"
@@ -200,6 +201,25 @@ def test_a_jax_distributed_cell_over_two_nodes(two_node_launchers):
     assert record["timed_images"] == 4 * 2 * record["steps_timed"]
     assert {n["node"] for n in record["slurm"]["nodes"]} == {"n1", "n2"}
     assert len(record["peak_memory_bytes_per_rank"]) == 2
+
+
+def test_both_nodes_of_a_step_derive_one_rendezvous_port_that_names_its_cluster(cluster):
+    """Clusters whose nodes share hosts number their jobs alike: the same job and task of
+    two of them get ports apart, as the cluster's name is part of the port."""
+    derive = ("from scaling.slurm.environment import JobEnvironment, rendezvous_port; "
+              "job = JobEnvironment.read(); "
+              "print(job.job_id, job.cluster_name, rendezvous_port(job.job_id, '0', "
+              "job.cluster_name))")
+    step = cluster.run("srun", "--nodes=2", "--ntasks-per-node=1", sys.executable, "-c",
+                       derive)
+    assert step.returncode == 0, step.stderr
+    first, second = step.stdout.split("\n")[:2]
+    assert first == second
+    job_id, name, port = first.split()
+    assert name == cluster.run("scontrol", "show", "config").stdout.split(
+        "ClusterName")[1].split()[1]
+    assert int(port) == rendezvous_port(job_id, "0", name)
+    assert int(port) != rendezvous_port(job_id, "0", name + "x")
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from typing import List, Mapping, Optional
 
@@ -28,6 +29,8 @@ class JobEnvironment:
     """This node's rank in the step (``SLURM_NODEID``)."""
     node_name: Optional[str]
     restart_count: int
+    cluster_name: str = ""
+    """``SLURM_CLUSTER_NAME``: clusters that share hosts number their jobs alike."""
 
     @classmethod
     def read(cls, env: Mapping[str, str] = os.environ) -> "JobEnvironment":
@@ -38,7 +41,8 @@ class JobEnvironment:
                    step_nodelist=env.get("SLURM_STEP_NODELIST", env.get("SLURM_JOB_NODELIST")),
                    node_rank=int(env.get("SLURM_NODEID", "0")),
                    node_name=env.get("SLURMD_NODENAME"),
-                   restart_count=int(env.get("SLURM_RESTART_COUNT", "0")))
+                   restart_count=int(env.get("SLURM_RESTART_COUNT", "0")),
+                   cluster_name=env.get("SLURM_CLUSTER_NAME", ""))
 
     @property
     def own_job(self) -> str:
@@ -62,6 +66,8 @@ def node_addresses(nodelist: str) -> List[str]:
     return [addresses.get(name, name) for name in names]
 
 
-def rendezvous_port(job_id: str, task_id: str) -> int:
-    """A port in 20000-49999 that every node of the task derives alike."""
-    return 20000 + (int(job_id) * 131 + int(task_id) * 17) % 30000
+def rendezvous_port(job_id: str, task_id: str, cluster_name: str = "") -> int:
+    """A port in 20000-49999 that every node of the task derives alike; the cluster's name
+    tells apart the same job and task of two clusters whose nodes share hosts."""
+    cluster = zlib.crc32(cluster_name.encode())
+    return 20000 + (int(job_id) * 131 + int(task_id) * 17 + cluster) % 30000
