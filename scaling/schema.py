@@ -92,7 +92,8 @@ RANK_REPORT_FIELDS: Dict[str, str] = {
                  "replica's batch is seeded by its index in the cell)",
     "gradient_sums": "with a backward pass, one per replica: the sum of every element of its "
                      "gradients after the last step (aggregated in forward_backward, so equal "
-                     "on every replica)",
+                     "on every replica); in train only where the optimizer leaves them (torch, "
+                     "MXNet), not for TensorFlow or JAX",
     "flops_per_image": "FLOPs of one image in the cell's mode, counted by the framework "
                        "(multiply-add = 2), before the warm-up",
     "gradient_bytes": "bytes of the gradients the process aggregates per step and replica "

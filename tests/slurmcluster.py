@@ -57,14 +57,15 @@ class SlurmCluster:
         root = self.root
         (root / "state").mkdir(parents=True, exist_ok=True)
         lines = [
-            f"ClusterName=scaling{os.getpid()}c{next(_NUMBERS)}", "SlurmctldHost=localhost(127.0.0.1)",
+            f"ClusterName=scaling{os.getpid()}c{next(_NUMBERS)}",
+            "SlurmctldHost=localhost(127.0.0.1)",
             f"SlurmctldPort={_free_port()}", "AuthType=auth/munge", "CredType=cred/munge",
             f"AuthInfo=socket={root / 'munge.socket'}", "SlurmUser=root", "SlurmdUser=root",
             "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "ReturnToService=2",
             "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none", "MinJobAge=86400", "KillWait=5",
-            "InactiveLimit=0", "SchedulerParameters=defer_batch",
+            "InactiveLimit=0", "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
             f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool-%n'}",
             f"SlurmctldPidFile={root / 'slurmctld.pid'}",
             f"SlurmdPidFile={root / 'slurmd-%n.pid'}",
