@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import (check_images_per_sec, cell_logs, processes_mentioning, read_records,
                       write_sweep)
-from slurmcluster import SlurmCluster, missing_binaries, wait_until
+from slurmcluster import SlurmCluster, missing_binaries
+from waiting import wait_until
 
 from scaling.cli import cli
 from scaling.schema import RECORD_FIELDS
@@ -94,9 +96,8 @@ def requeue_and_restart(cluster, out: Path, task: str) -> None:
     are gone (started while they still ended, under load, the task once ended FAILED without a
     record). A credential revoked by the requeue also revokes any issued within the same
     second, so the second run begins 3 s after the requeue at the earliest: started at once,
-    slurmd refuses it. A start time of now has the controller schedule the task within its
-    batch delay, seconds; a start time still ahead waited for a later pass, up to half a minute
-    on."""
+    slurmd refuses it. A start time of now has the controller schedule the task at once; a
+    start time still ahead waited for a later pass, up to half a minute on."""
     subprocess.run(["scontrol", "requeue", task], check=True, env=cluster.env)
     requeued = time.time()
     wait_until(lambda: task_states(cluster, out) == ["PENDING"], "requeued task pending")
@@ -204,22 +205,24 @@ def test_a_jax_distributed_cell_over_two_nodes(two_node_launchers):
 
 
 def test_both_nodes_of_a_step_derive_one_rendezvous_port_that_names_its_cluster(cluster):
-    """Clusters whose nodes share hosts number their jobs alike: the same job and task of
-    two of them get ports apart, as the cluster's name is part of the port."""
-    derive = ("from scaling.slurm.environment import JobEnvironment, rendezvous_port; "
-              "job = JobEnvironment.read(); "
-              "print(job.job_id, job.cluster_name, rendezvous_port(job.job_id, '0', "
-              "job.cluster_name))")
-    step = cluster.run("srun", "--nodes=2", "--ntasks-per-node=1", sys.executable, "-c",
-                       derive)
+    """Clusters whose nodes share hosts number their jobs alike: a cell's placement on each
+    node of a step derives its port from the job, the task and the cluster's name."""
+    place = ("from scaling.cell import make_cell; from scaling.slurm.task import slurm_placement; "
+             "import os; print(os.environ['SLURM_JOB_ID'], slurm_placement(make_cell("
+             "framework='torch', launcher='torchrun', workload='cifar10', devices=1, "
+             "batch_size=2, device_type='cpu', nodes=2), 3).rendezvous_port)")
+    step = cluster.run("srun", "--nodes=2", "--ntasks-per-node=1", sys.executable, "-c", place)
     assert step.returncode == 0, step.stderr
-    first, second = step.stdout.split("\n")[:2]
+    first, second = step.stdout.splitlines()
     assert first == second
-    job_id, name, port = first.split()
-    assert name == cluster.run("scontrol", "show", "config").stdout.split(
-        "ClusterName")[1].split()[1]
-    assert int(port) == rendezvous_port(job_id, "0", name)
-    assert int(port) != rendezvous_port(job_id, "0", name + "x")
+    job_id, port = first.split()
+    [name] = re.findall(r"^ClusterName\s*=\s*(\S+)$",
+                        cluster.run("scontrol", "show", "config").stdout, re.MULTILINE)
+    assert int(port) == rendezvous_port(job_id, "3", name) != rendezvous_port(job_id, "3", "")
+
+
+def test_the_same_job_and_task_of_two_clusters_meet_on_two_ports():
+    assert rendezvous_port("1", "0", "scaling1c0") != rendezvous_port("1", "0", "scaling2c0")
 
 
 @pytest.mark.slow

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import read_records, scaling_in_process, write_sweep
 from cpugroup import AHEAD_SHARES
-from slurmcluster import wait_until
 from test_slurm import (SINGLE, by_cell, cluster, own_cluster,  # noqa: F401
                         requeue_and_restart, scaling_here, scaling_ok, task_states)
+from waiting import wait_until
 
 from scaling.execute.preflight import PREFLIGHT_FILE
 from scaling.report.tables import with_scaling

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from conftest import cell_logs, read_records, write_sweep
-from slurmcluster import wait_until
 from test_slurm import (SINGLE, check_measured, cluster, requeue_and_restart,  # noqa: F401
                         scaling, scaling_here, scaling_ok, start_cluster)
+from waiting import wait_until
 
 from scaling.maxbatch.search import read_maxbatch_csv
 from scaling.slurm.queue import ACTIVE

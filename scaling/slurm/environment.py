@@ -29,7 +29,7 @@ class JobEnvironment:
     """This node's rank in the step (``SLURM_NODEID``)."""
     node_name: Optional[str]
     restart_count: int
-    cluster_name: str = ""
+    cluster_name: str
     """``SLURM_CLUSTER_NAME``: clusters that share hosts number their jobs alike."""
 
     @classmethod
@@ -66,7 +66,7 @@ def node_addresses(nodelist: str) -> List[str]:
     return [addresses.get(name, name) for name in names]
 
 
-def rendezvous_port(job_id: str, task_id: str, cluster_name: str = "") -> int:
+def rendezvous_port(job_id: str, task_id: str, cluster_name: str) -> int:
     """A port in 20000-49999 that every node of the task derives alike; the cluster's name
     tells apart the same job and task of two clusters whose nodes share hosts."""
     cluster = zlib.crc32(cluster_name.encode())

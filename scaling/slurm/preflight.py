@@ -46,12 +46,12 @@ def pairs(count: int) -> List[Tuple[int, int]]:
 
 
 def time_pair(out_dir: Path, spec: Dict, pair: Tuple[int, int], index: int,
-              hosts: List[str], node: int, job: JobEnvironment) -> Optional[Dict]:
+              hosts: List[str], job: JobEnvironment) -> Optional[Dict]:
     """This node's part of the allreduce between ``pair`` (one device on each node); the
     record on the pair's first node, None on its second."""
     cell = check.allreduce_cell(spec["device_type"], 1, spec["threads"], nodes=2)
     first, second = pair
-    placement = Placement(2, (hosts[first], hosts[second]), 1, 0 if node == first else 1,
+    placement = Placement(2, (hosts[first], hosts[second]), 1, 0 if job.node_rank == first else 1,
                           hosts[first], rendezvous_port(job.job_id, str(1000 + index),
                                                           job.cluster_name))
     record = run_cell(cell, out_dir / PAIRS_DIR / f"{first}-{second}", placement=placement)
@@ -92,7 +92,7 @@ def run_preflight_task(out_dir, spec: Dict, env=os.environ) -> Dict:
     results = {}
     for index, pair in enumerate(pairs(len(names))):
         if node in pair:
-            record = time_pair(out_dir, spec, pair, index, hosts, node, job)
+            record = time_pair(out_dir, spec, pair, index, hosts, job)
             if record is not None:
                 results[pair] = record
     write_json_atomically(out_dir / NODES_DIR / f"{names[node]}.json",

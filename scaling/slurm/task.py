@@ -50,7 +50,8 @@ def slurm_placement(cell: Cell, index: int, env=os.environ) -> Placement:
     hosts = patiently(lambda: node_addresses(job.step_nodelist), PATIENCE_POLL_S,
                       UNTIL_ANSWERED)
     return Placement(len(hosts), tuple(hosts), get_launcher(cell.launcher).ranks_per_node(cell),
-                     job.node_rank, hosts[0], rendezvous_port(job.job_id, str(index), job.cluster_name))
+                     job.node_rank, hosts[0],
+                     rendezvous_port(job.job_id, str(index), job.cluster_name))
 
 
 def node_facts(env=os.environ) -> Dict:

@@ -29,8 +29,8 @@ A framework supplies a *session* built for one process of a cell:
 - ``finish()``: a dict of what the process reports after its window (memory, parameters),
   with fingerprints, one per replica that the process drives: ``data_sums``, the sum of the
   replica's input images (each replica's batch is seeded by its index in the cell), and, in
-  modes with a backward pass, ``gradient_sums``, the sum of every element of its gradients
-  after the last step (aggregated in ``forward_backward``, so equal on every replica).
+  ``forward_backward`` (in ``train`` where the optimizer leaves them), ``gradient_sums``, the
+  sum of every element of its gradients after the last step (equal on every replica).
 
 Everything else is here, written once: warm-up, the window between two barriers, step times,
 fault injection and the rank report (``scaling.workers.common`` watches for a rank killed by a
