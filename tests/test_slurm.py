@@ -24,7 +24,7 @@ from waiting import wait_until
 
 from scaling.cli import cli
 from scaling.schema import RECORD_FIELDS
-from scaling.slurm.environment import rendezvous_port
+from scaling.slurm.environment import JobEnvironment
 from scaling.slurm.queue import VANISH_GRACE_ENV
 
 HOSTILE = "a'; touch PWNED; echo '"
@@ -218,11 +218,15 @@ def test_both_nodes_of_a_step_derive_one_rendezvous_port_that_names_its_cluster(
     job_id, port = first.split()
     [name] = re.findall(r"^ClusterName\s*=\s*(\S+)$",
                         cluster.run("scontrol", "show", "config").stdout, re.MULTILINE)
-    assert int(port) == rendezvous_port(job_id, "3", name) != rendezvous_port(job_id, "3", "")
+    named = JobEnvironment.read({"SLURM_JOB_ID": job_id, "SLURM_CLUSTER_NAME": name})
+    unnamed = JobEnvironment.read({"SLURM_JOB_ID": job_id})
+    assert int(port) == named.rendezvous_port("3") != unnamed.rendezvous_port("3")
 
 
 def test_the_same_job_and_task_of_two_clusters_meet_on_two_ports():
-    assert rendezvous_port("1", "0", "scaling1c0") != rendezvous_port("1", "0", "scaling2c0")
+    ports = {JobEnvironment.read({"SLURM_JOB_ID": "1", "SLURM_CLUSTER_NAME": name}
+                                 ).rendezvous_port("0") for name in ("scaling1c0", "scaling2c0")}
+    assert len(ports) == 2
 
 
 @pytest.mark.slow

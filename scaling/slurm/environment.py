@@ -44,6 +44,13 @@ class JobEnvironment:
                    restart_count=int(env.get("SLURM_RESTART_COUNT", "0")),
                    cluster_name=env.get("SLURM_CLUSTER_NAME", ""))
 
+    def rendezvous_port(self, task_id: str) -> int:
+        """A port in 20000-49999 that every node of task ``task_id`` of this job derives alike;
+        the cluster's name tells apart the same job and task of two clusters whose nodes share
+        hosts."""
+        cluster = zlib.crc32(self.cluster_name.encode())
+        return 20000 + (int(self.job_id) * 131 + int(task_id) * 17 + cluster) % 30000
+
     @property
     def own_job(self) -> str:
         """This job as ``squeue`` names it: ``JOB_TASK`` for an array task."""
@@ -64,10 +71,3 @@ def node_addresses(nodelist: str) -> List[str]:
     out = controller.call(["scontrol", "show", "node", "-o", ",".join(names)])
     addresses = dict(_ADDR.findall(out))
     return [addresses.get(name, name) for name in names]
-
-
-def rendezvous_port(job_id: str, task_id: str, cluster_name: str) -> int:
-    """A port in 20000-49999 that every node of the task derives alike; the cluster's name
-    tells apart the same job and task of two clusters whose nodes share hosts."""
-    cluster = zlib.crc32(cluster_name.encode())
-    return 20000 + (int(job_id) * 131 + int(task_id) * 17 + cluster) % 30000

@@ -24,7 +24,7 @@ from scaling.execute import preflight as check
 from scaling.execute.run import run_cell
 from scaling.placement import Placement
 from scaling.slurm import queue
-from scaling.slurm.environment import JobEnvironment, hostnames, node_addresses, rendezvous_port
+from scaling.slurm.environment import JobEnvironment, hostnames, node_addresses
 from scaling.slurm.submit import submit_array
 from scaling.sweep import SlurmSection
 from scaling.atomic import write_json_atomically
@@ -52,8 +52,7 @@ def time_pair(out_dir: Path, spec: Dict, pair: Tuple[int, int], index: int,
     cell = check.allreduce_cell(spec["device_type"], 1, spec["threads"], nodes=2)
     first, second = pair
     placement = Placement(2, (hosts[first], hosts[second]), 1, 0 if job.node_rank == first else 1,
-                          hosts[first], rendezvous_port(job.job_id, str(1000 + index),
-                                                          job.cluster_name))
+                          hosts[first], job.rendezvous_port(str(1000 + index)))
     record = run_cell(cell, out_dir / PAIRS_DIR / f"{first}-{second}", placement=placement)
     return None if "node_rank" in record else record
 

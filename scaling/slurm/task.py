@@ -33,7 +33,7 @@ from scaling.execute.store import ResultStore
 from scaling.launchers import get_launcher
 from scaling.placement import Placement
 from scaling.slurm import controller
-from scaling.slurm.environment import JobEnvironment, node_addresses, rendezvous_port
+from scaling.slurm.environment import JobEnvironment, node_addresses
 from scaling.slurm.queue import patiently
 from scaling.atomic import write_json_atomically
 
@@ -50,8 +50,7 @@ def slurm_placement(cell: Cell, index: int, env=os.environ) -> Placement:
     hosts = patiently(lambda: node_addresses(job.step_nodelist), PATIENCE_POLL_S,
                       UNTIL_ANSWERED)
     return Placement(len(hosts), tuple(hosts), get_launcher(cell.launcher).ranks_per_node(cell),
-                     job.node_rank, hosts[0],
-                     rendezvous_port(job.job_id, str(index), job.cluster_name))
+                     job.node_rank, hosts[0], job.rendezvous_port(str(index)))
 
 
 def node_facts(env=os.environ) -> Dict:
