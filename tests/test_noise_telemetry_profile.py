@@ -18,8 +18,8 @@ import pytest
 from conftest import rank_reports, read_records, scaling_cli_ok, scaling_in_process, wait_until
 
 from scaling.execute.monitor import (NOISE_CORES, QUIET_CHECK_S, SAMPLE_S, TELEMETRY_FILE,
-                                     CellMonitor, Nvml, other_cores, summarize_watch,
-                                     wait_for_quiet)
+                                     CellMonitor, Nvml, cores_before, other_cores,
+                                     summarize_watch, wait_for_quiet)
 from scaling.execute.run import images_per_joule
 from scaling.workers.breakdown import (COMMUNICATION, step_breakdown,
                                        with_exposed_communication)
@@ -76,7 +76,7 @@ def test_a_busy_process_before_and_during_the_window_makes_the_cell_noisy(busy_r
     assert busy_run["noisy"] is True
     before, during = busy_run["noise"].split("; ")
     assert before.startswith("other processes used ") and \
-        before.endswith(f" cores of {cores} before the cell")
+        before.endswith(f" cores of {cores} before the window")
     assert during == f"other processes used {busy_run['noise_cores']:.2f} cores of {cores} " \
                      "during the window"
     assert busy_run["noise_cores"] > NOISE_CORES
@@ -352,3 +352,28 @@ def test_a_process_the_cell_starts_between_two_samples_is_the_cells_not_noise(tm
     watched = summarize_watch(monitor, (100.0, 101.0), 0.0, None, tmp_path)
     assert watched["noise_cores"] == pytest.approx(0.1)
     assert watched["noisy"] is False
+
+
+def test_the_samples_before_the_window_say_how_busy_the_machine_was_before_it(tmp_path):
+    """Without a look before the cell, the intervals sampled from the tree's start to the
+    window's say it: here other processes used 1.5 cores over the first second (the cell's
+    build) and none in the next, which ends inside the window and is left out. Over a window
+    the other processes left quiet, the cell is noisy for what came before."""
+    monitor = CellMonitor([], telemetry=True)
+    rank = {"rss_bytes": 2**30, "rank": 0}
+    monitor.samples = [
+        {"t": 100.0, "busy_s": 50.0, "own_s": 3.0, "processes": {1: {"cpu_s": 5.0, **rank}}},
+        {"t": 101.0, "busy_s": 52.0, "own_s": 3.0, "processes": {1: {"cpu_s": 5.5, **rank}}},
+        {"t": 102.0, "busy_s": 53.0, "own_s": 3.0, "processes": {1: {"cpu_s": 6.5, **rank}}},
+        {"t": 103.0, "busy_s": 54.0, "own_s": 3.0, "processes": {1: {"cpu_s": 7.5, **rank}}},
+    ]
+    assert cores_before(monitor.samples, 101.5) == pytest.approx(1.5)
+    # Where no interval ends before the window starts, the first one tells.
+    assert cores_before(monitor.samples, 100.5) == pytest.approx(1.5)
+    assert cores_before([], 100.5) is None
+    watched = summarize_watch(monitor, (101.5, 103.0), None, None, tmp_path)
+    assert watched["noisy"] is True and watched["noise_cores"] == pytest.approx(0.0)
+    assert watched["noise"] == f"other processes used 1.50 cores of {psutil.cpu_count()} " \
+                               "before the window"
+    looked = summarize_watch(monitor, (101.5, 103.0), 0.1, None, tmp_path)
+    assert looked["noisy"] is False  # the look just before the cell, where there was one

@@ -73,7 +73,7 @@ def test_min_time_plans_whole_chunks_before_the_window_and_it_holds_only_steps(
 
 def test_the_plan_adds_whole_chunks_to_the_asked_steps_after_a_warm_up_that_calibrates():
     cell = {"steps": 25, "min_time_s": 2.0}
-    assert [warmup_steps({**cell, "warmup": warmup}) for warmup in (0, 1, 5, 6)] == [5, 5, 5, 6]
+    assert [warmup_steps({**cell, "warmup": warmup}) for warmup in (0, 1, 4, 5)] == [4, 4, 4, 5]
     assert warmup_steps({**cell, "warmup": 0, "min_time_s": 0.0}) == 0
     assert planned_steps({**cell, "min_time_s": 0.0}, None) == 25
     assert planned_steps(cell, 1.0) == 25  # the asked steps already last longer

@@ -1,9 +1,11 @@
 """Watching a cell from outside its processes.
 
-Noise: the CPU time of processes other than the cell's and the harness's, before the cell starts
-and during its timed window, and on GPUs any process on the cell's devices that is not the
-cell's. Telemetry: the CPU use and RSS of the cell's processes, and on GPUs each device's
-utilisation, memory, power, temperature and SM clock (NVIDIA's management library).
+Noise: the CPU time of processes other than the cell's and the harness's, before the timed
+window and during it, and on GPUs any process on the cell's devices that is not the cell's.
+Before the window, the samples of the cell's start, build and warm-up tell (without telemetry,
+or after a wait for quiet, the look at the machine just before the cell starts). Telemetry: the
+CPU use and RSS of the cell's processes, and on GPUs each device's utilisation, memory, power,
+temperature and SM clock (NVIDIA's management library).
 
 With telemetry on (the default), a thread samples every ``SAMPLE_S`` seconds while the cell
 runs. Only the samples inside the timed window, as the ranks report it on this host's clock,
@@ -210,16 +212,30 @@ def _intervals(samples: List[Dict], start: float, end: float) -> List[Dict]:
     return intervals
 
 
+def cores_before(samples: List[Dict], start: float) -> Optional[float]:
+    """Cores other processes used, on average, from the first sample (the cell's tree
+    starting, or its shared tree taking the cell) to the window's ``start``: over the
+    intervals that end by then, or the first interval where none does; None without one."""
+    intervals = _intervals(samples, samples[0]["t"], start) if samples else []
+    before = [i for i in intervals if i["t"] <= start] or intervals[:1]
+    seconds = sum(i["seconds"] for i in before)
+    return sum(i["other_cores"] * i["seconds"] for i in before) / seconds if before else None
+
+
 def summarize_watch(monitor: CellMonitor, window: Optional[Tuple[float, float]],
                     before_cores: Optional[float], waited_s: Optional[float],
                     cell_dir: Path) -> Dict:
     """``noisy``, ``noise``, ``noise_cores`` (None without samples in the window), and
-    ``telemetry`` for the record; the window's series goes to ``cell_dir/telemetry.jsonl``."""
-    reasons = []
+    ``telemetry`` for the record; the window's series goes to ``cell_dir/telemetry.jsonl``.
+    ``before_cores``: what the look just before the cell saw; None where the cell was sampled
+    without one, and the samples before its window tell instead (:func:`cores_before`)."""
+    reasons, before = [], "the cell"
+    if before_cores is None and window:
+        before_cores, before = cores_before(monitor.samples, window[0]), "the window"
     if before_cores is not None and before_cores > NOISE_CORES:
         waited = f" after waiting {waited_s:.0f} s for quiet" if waited_s else ""
         reasons.append(f"other processes used {before_cores:.2f} cores of "
-                       f"{psutil.cpu_count()} before the cell{waited}")
+                       f"{psutil.cpu_count()} before {before}{waited}")
     intervals = _intervals(monitor.samples, *window) if window else []
     during = statistics.fmean(i["other_cores"] for i in intervals) if intervals else None
     if during is not None and during > NOISE_CORES:

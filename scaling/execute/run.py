@@ -111,10 +111,10 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     launch = tree_launch(cell, placement, python, extra_env)
     token = uuid.uuid4().hex
     log = "launcher.log" if placement.node_rank == 0 else f"launcher-node{placement.node_rank}.log"
-    waited_s = None
+    waited_s, before_cores = None, None
     if watch.wait_for_quiet_s is not None:
         waited_s, before_cores = wait_for_quiet(watch.wait_for_quiet_s, on_busy)
-    else:
+    elif not watch.telemetry:
         before_cores = other_cores(BEFORE_CHECK_S)
     monitor = CellMonitor(gpu_indices(cell.device_type, cell.devices), watch.telemetry)
     tree_start, process_tree = time.time(), None

@@ -19,15 +19,17 @@ CALIBRATION_SKIP = 2
 """Warm-up steps left out of the calibration under ``min_time_s``: the first steps run slow
 (allocation, tracing, autotuning, cold caches)."""
 
-CALIBRATION_STEPS = 3
-"""Warm-up steps, at least, timed after those for the calibration under ``min_time_s``."""
+CALIBRATION_STEPS = 2
+"""Warm-up steps, at least, timed after those for the calibration under ``min_time_s``: two,
+so that their mean is of more than one step; :data:`CALIBRATION_SHARE`, not a count, decides
+how many more short steps need."""
 
 CALIBRATION_SHARE = 0.1
 """The calibration's steps last at least this share of ``min_time_s``: the warm-up runs whole
 steps more, as many as the ranks need at most, until they do. Tiny steps timed three at a time
 misjudged the window's pace beyond :data:`PLAN_MARGIN` (29 of 146 cells of under 0.15 s a step,
-2 of 16 up to 0.3 s, none of 64 of over 0.3 s), and each of those timed a second window: a
-window's time more, where a tenth of it more calibrates."""
+2 of 16 up to 0.3 s, none of 64 of over 0.3 s, each timed over three steps), and each of those
+timed a second window: a window's time more, where a tenth of it more calibrates."""
 
 MIN_STEP_S = 1e-6
 """The shortest step a calibration believes: the steps it adds stay bounded."""
