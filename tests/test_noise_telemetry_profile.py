@@ -356,24 +356,26 @@ def test_a_process_the_cell_starts_between_two_samples_is_the_cells_not_noise(tm
 
 def test_the_samples_before_the_window_say_how_busy_the_machine_was_before_it(tmp_path):
     """Without a look before the cell, the intervals sampled from the tree's start to the
-    window's say it: here other processes used 1.5 cores over the first second (the cell's
-    build) and none in the next, which ends inside the window and is left out. Over a window
-    the other processes left quiet, the cell is noisy for what came before."""
+    window's say it, each weighed by its length: here other processes used 1.5 cores over the
+    first half second and 0.5 over the next second (the cell's build), and none in the next,
+    which ends inside the window and is left out. Over a window the other processes left quiet,
+    the cell is noisy for what came before."""
     monitor = CellMonitor([], telemetry=True)
-    rank = {"rss_bytes": 2**30, "rank": 0}
-    monitor.samples = [
-        {"t": 100.0, "busy_s": 50.0, "own_s": 3.0, "processes": {1: {"cpu_s": 5.0, **rank}}},
-        {"t": 101.0, "busy_s": 52.0, "own_s": 3.0, "processes": {1: {"cpu_s": 5.5, **rank}}},
-        {"t": 102.0, "busy_s": 53.0, "own_s": 3.0, "processes": {1: {"cpu_s": 6.5, **rank}}},
-        {"t": 103.0, "busy_s": 54.0, "own_s": 3.0, "processes": {1: {"cpu_s": 7.5, **rank}}},
-    ]
-    assert cores_before(monitor.samples, 101.5) == pytest.approx(1.5)
+
+    def sample(t, busy_s, cell_s):
+        return {"t": t, "busy_s": busy_s, "own_s": 3.0,
+                "processes": {1: {"cpu_s": cell_s, "rss_bytes": 2**30, "rank": 0}}}
+
+    monitor.samples = [sample(100.0, 50.0, 5.0), sample(100.5, 51.0, 5.25),
+                       sample(101.5, 52.5, 6.25), sample(102.5, 53.5, 7.25),
+                       sample(103.5, 54.5, 8.25)]
+    assert cores_before(monitor.samples, 101.6) == pytest.approx((1.5 * 0.5 + 0.5) / 1.5)
     # Where no interval ends before the window starts, the first one tells.
-    assert cores_before(monitor.samples, 100.5) == pytest.approx(1.5)
-    assert cores_before([], 100.5) is None
-    watched = summarize_watch(monitor, (101.5, 103.0), None, None, tmp_path)
+    assert cores_before(monitor.samples, 100.4) == pytest.approx(1.5)
+    assert cores_before([], 100.4) is None
+    watched = summarize_watch(monitor, (101.6, 103.5), None, None, tmp_path)
     assert watched["noisy"] is True and watched["noise_cores"] == pytest.approx(0.0)
-    assert watched["noise"] == f"other processes used 1.50 cores of {psutil.cpu_count()} " \
+    assert watched["noise"] == f"other processes used 0.83 cores of {psutil.cpu_count()} " \
                                "before the window"
-    looked = summarize_watch(monitor, (101.5, 103.0), 0.1, None, tmp_path)
+    looked = summarize_watch(monitor, (101.6, 103.5), 0.1, None, tmp_path)
     assert looked["noisy"] is False  # the look just before the cell, where there was one
