@@ -137,7 +137,7 @@ RECORD_FIELDS: Dict[str, str] = {
     "global_batch_size": "batch_size x total_devices",
     "image_size": "square input side",
     "steps": "timed steps asked for",
-    "warmup": "untimed steps first (under min_time_s, at least 5 run)",
+    "warmup": "untimed steps first (under min_time_s, at least 4 run)",
     "repeat": "repeat index",
     "purpose": "sweep, maxbatch for max-batch trials, confirmation for a run that confirms "
                "a max-batch answer as a plain cell (its steps and warm-up), allreduce for "

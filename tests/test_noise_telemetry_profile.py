@@ -1,6 +1,6 @@
-"""A cell measured while another process is busy says so, `--wait-for-quiet` looks again while
-the machine is busy and gives up at its limit, telemetry covers the timed window only, and
-`--profile` says where the step time goes.
+"""A cell measured while another process is busy before or during its window says so, and its
+own processes (their reaped children too) are never that noise; `--wait-for-quiet` looks again
+while the machine is busy; telemetry covers the window only; `--profile` traces real cells.
 
 The busy process is real, and every test that needs it waits until the harness's own look at
 the machine sees it. What is checked is what the harness recorded, never how long it took."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +18,12 @@ import psutil
 import pytest
 from conftest import rank_reports, read_records, scaling_cli_ok, scaling_in_process, wait_until
 
-from scaling.execute.monitor import (NOISE_CORES, QUIET_CHECK_S, SAMPLE_S, TELEMETRY_FILE,
-                                     CellMonitor, Nvml, cores_before, other_cores,
-                                     summarize_watch, wait_for_quiet)
+from scaling.execute.monitor import (BEFORE_CHECK_S, NOISE_CORES, QUIET_CHECK_S, SAMPLE_S,
+                                     TELEMETRY_FILE, CellMonitor, Nvml, WatchSettings,
+                                     cores_before, look_before, other_cores, summarize_watch,
+                                     wait_for_quiet)
 from scaling.execute.run import images_per_joule
-from scaling.workers.breakdown import (COMMUNICATION, step_breakdown,
-                                       with_exposed_communication)
+from scaling.workers.breakdown import COMMUNICATION
 from scaling.workers.common import process_ranks
 
 CELL = ("run", "--workload", "cifar10", "--image-size", "16", "--batch-size", "4",
@@ -200,47 +201,6 @@ def test_profile_splits_the_step_into_compute_communication_and_idle(
         assert report["step_breakdown"]
 
 
-def test_communication_timed_outside_the_trace_is_taken_from_idle_then_compute():
-    shares = {"compute": 0.8, "communication": 0.0, "idle": 0.2}
-    assert with_exposed_communication(shares, 0.1) == pytest.approx(
-        {"compute": 0.8, "communication": 0.1, "idle": 0.1})
-    assert with_exposed_communication(shares, 0.3) == pytest.approx(
-        {"compute": 0.7, "communication": 0.3, "idle": 0.0})
-
-
-def test_breakdown_counts_only_communication_that_compute_does_not_hide():
-    events = [
-        {"name": "aten::conv2d", "ts": 0, "dur": 40, "cat": "cpu_op", "ph": "X"},
-        {"name": "gloo:all_reduce", "ts": 30, "dur": 30, "cat": "cpu_op", "ph": "X"},
-        {"name": "aten::add_", "ts": 80, "dur": 20, "cat": "cpu_op", "ph": "X"},
-    ]
-    # span 100: compute 60, communication 60-40 = 20 not hidden, idle 60..80 = 20; one thread
-    # computes and communicates in turn, so nothing of it ran beside the compute
-    assert step_breakdown(events, on_device=False) == pytest.approx(
-        {"compute": 0.6, "communication": 0.2, "idle": 0.2, "communication_beside": 0.0})
-
-
-def test_communication_beside_the_compute_is_what_runs_under_threads_that_never_communicate():
-    def event(name, ts, dur, tid):
-        return {"name": name, "ts": ts, "dur": dur, "cat": "cpu_op", "ph": "X", "pid": 1,
-                "tid": tid}
-
-    # A launcher's communication thread (2) beside the training thread (1), as DDP runs it:
-    # 20 of its 30 under the compute of a thread that never communicates.
-    beside = [event("aten::conv2d", 0, 50, 1), event("gloo:all_reduce", 30, 30, 2),
-              event("aten::add_", 80, 20, 1)]
-    assert step_breakdown(beside, on_device=False) == pytest.approx(
-        {"compute": 0.7, "communication": 0.1, "idle": 0.2, "communication_beside": 0.2})
-    # Two devices of one process (threads 1 and 2), each computing and then reducing (named as
-    # XLA names them on CPU): thread 2 waits in its allreduce while thread 1 still computes.
-    # That is a wait, not overlap.
-    waiting = [event("conv", 0, 60, 1), event("conv", 0, 40, 2),
-               event("collective:all-reduce", 40, 30, 2),
-               event("collective:all-reduce", 60, 10, 1)]
-    assert step_breakdown(waiting, on_device=False) == pytest.approx(
-        {"compute": 60 / 70, "communication": 10 / 70, "idle": 0.0, "communication_beside": 0.0})
-
-
 class FakeNvml:
     """MOCK of the NVIDIA management library (nvidia-ml-py), standing in for a GPU driver that
     cannot exist on a machine without NVIDIA GPUs. Two devices at fixed readings; device 1 runs
@@ -377,5 +337,64 @@ def test_the_samples_before_the_window_say_how_busy_the_machine_was_before_it(tm
     assert watched["noisy"] is True and watched["noise_cores"] == pytest.approx(0.0)
     assert watched["noise"] == f"other processes used 0.83 cores of {psutil.cpu_count()} " \
                                "before the window"
-    looked = summarize_watch(monitor, (101.6, 103.5), 0.1, None, tmp_path)
-    assert looked["noisy"] is False  # the look just before the cell, where there was one
+    # A look just before the cell, where there was one, says its own.
+    looked = summarize_watch(monitor, (101.6, 103.5), 0.9, None, tmp_path)
+    assert looked["noise"] == f"other processes used 0.90 cores of {psutil.cpu_count()} " \
+                              f"before the cell; {watched['noise']}"
+
+
+def test_a_child_that_ended_between_two_samples_is_the_cells_not_noise(tmp_path):
+    """A rank (pid 1) ran a compiler (pid 2) while it built: the compiler computed 0.3 s more
+    after the first sample, then ended, and the rank reaped it, so the rank's time, which
+    counts its reaped children's, grew by its own 0.5 s and the compiler's whole 1.3 s. The
+    1.0 s the first sample already counted is taken off: of the 0.9 s the machine was busy,
+    0.1 s was another process's."""
+    monitor = CellMonitor([], telemetry=True)
+    rank = {"parent": 0, "rss_bytes": 2**30, "rank": 0}
+    monitor.samples = [
+        {"t": 100.0, "busy_s": 50.0, "own_s": 3.0,
+         "processes": {1: {"cpu_s": 5.0, **rank},
+                       2: {"cpu_s": 1.0, "parent": 1, "rss_bytes": 2**20, "rank": None}}},
+        {"t": 101.0, "busy_s": 50.9, "own_s": 3.0, "processes": {1: {"cpu_s": 6.8, **rank}}},
+    ]
+    watched = summarize_watch(monitor, (100.0, 101.0), None, None, tmp_path)
+    assert watched["noise_cores"] == pytest.approx(0.1)
+    assert watched["telemetry"]["cpu_util_mean"] == pytest.approx(80 / psutil.cpu_count())
+
+
+def test_a_sample_counts_the_time_of_the_children_a_process_reaped():
+    """A real process runs a child to its end, says how much CPU time its reaped children
+    took, and waits: its sample holds that time beside its own."""
+    script = ("import resource, subprocess, sys\n"
+              "subprocess.run([sys.executable, '-c', 'sum(range(10**7))'], check=True)\n"
+              "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+              "print(usage.ru_utime + usage.ru_stime, flush=True)\n"
+              "sys.stdin.read()\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        children_s = float(parent.stdout.readline())
+        process = psutil.Process(parent.pid)
+        [sampled] = CellMonitor([], telemetry=True).sample([process])["processes"].values()
+        own = process.cpu_times()
+    finally:
+        parent.kill()
+        parent.wait()
+    assert children_s > 0 and sampled["parent"] == os.getpid()
+    # The kernel counts in ticks of 10 ms, once for user and once for system time.
+    assert sampled["cpu_s"] - own.user - own.system == pytest.approx(children_s, abs=0.03)
+
+
+def test_a_look_before_the_cell_only_without_telemetry_or_while_waiting_for_quiet():
+    looks = []
+
+    def look(seconds=QUIET_CHECK_S):
+        looks.append(seconds)
+        return 0.1
+
+    assert look_before(WatchSettings(), look=look) == (None, None)
+    assert looks == []  # the cell's own samples tell
+    assert look_before(WatchSettings(telemetry=False), look=look) == (None, 0.1)
+    assert looks == [BEFORE_CHECK_S]
+    waited_s, cores = look_before(WatchSettings(wait_for_quiet_s=60), look=look)
+    assert cores == 0.1 and waited_s >= 0 and looks == [BEFORE_CHECK_S, QUIET_CHECK_S]

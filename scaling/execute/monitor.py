@@ -2,16 +2,22 @@
 
 Noise: the CPU time of processes other than the cell's and the harness's, before the timed
 window and during it, and on GPUs any process on the cell's devices that is not the cell's.
-Before the window, the samples of the cell's start, build and warm-up tell (without telemetry,
-or after a wait for quiet, the look at the machine just before the cell starts). Telemetry: the
-CPU use and RSS of the cell's processes, and on GPUs each device's utilisation, memory, power,
-temperature and SM clock (NVIDIA's management library).
+Before the window, the samples of the cell's start, build and warm-up tell, and so does the
+look at the machine just before the cell starts where there is one (without telemetry, or the
+last look of a wait for quiet). Telemetry: the CPU use and RSS of the cell's processes, and on
+GPUs each device's utilisation, memory, power, temperature and SM clock (NVIDIA's management
+library).
 
 With telemetry on (the default), a thread samples every ``SAMPLE_S`` seconds while the cell
 runs. Only the samples inside the timed window, as the ranks report it on this host's clock,
 make the summary, the noise during the window and the series kept in the cell's folder;
-warm-up, start-up and shut-down are left out. With telemetry off nothing samples the cell, and
-its noise is judged from the look at the machine just before it starts.
+warm-up, start-up and shut-down are left out of them (the samples before the window judge the
+noise before it alone). With telemetry off nothing samples the cell, and its noise is judged
+from the look at the machine just before it starts.
+
+A process of the cell that ends between two samples, reaped by another of the cell's (a
+compiler or ``ldconfig`` that a rank runs while it builds), is the cell's: each process's CPU
+time counts its reaped children's.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ NOISE_CORES = 0.25
 QUIET_CHECK_S = 1.0
 """How long each look at the machine lasts while waiting for quiet."""
 BEFORE_CHECK_S = 0.25
-"""How long the look at the machine lasts just before a cell starts."""
+"""How long the look at the machine lasts just before a cell starts, without telemetry."""
 TELEMETRY_FILE = "telemetry.jsonl"
 
 
@@ -65,6 +71,21 @@ def other_cores(seconds: float = QUIET_CHECK_S) -> float:
     time.sleep(seconds)
     elapsed = time.monotonic() - started
     return max(0.0, (_busy_seconds() - busy) - (_own_seconds() - own)) / elapsed
+
+
+def look_before(watch: WatchSettings, on_busy: Optional[Callable[[float], None]] = None,
+                look: Callable[..., float] = other_cores
+                ) -> Tuple[Optional[float], Optional[float]]:
+    """What the harness sees of the machine just before a cell: (seconds waited for quiet, the
+    cores other processes used at the last look). It waits for quiet where ``watch`` says so;
+    without telemetry, which leaves the cell unsampled, it looks for :data:`BEFORE_CHECK_S`;
+    otherwise it does neither, (None, None): the samples of the cell's start, build and
+    warm-up tell (:func:`cores_before`)."""
+    if watch.wait_for_quiet_s is not None:
+        return wait_for_quiet(watch.wait_for_quiet_s, on_busy, look)
+    if not watch.telemetry:
+        return None, look(BEFORE_CHECK_S)
+    return None, None
 
 
 def wait_for_quiet(limit_s: float, on_busy: Optional[Callable[[float], None]] = None,
@@ -181,7 +202,9 @@ class CellMonitor:
             with contextlib.suppress(psutil.Error):
                 with proc.oneshot():
                     times = proc.cpu_times()
-                    processes[proc.pid] = {"cpu_s": times.user + times.system,
+                    processes[proc.pid] = {"cpu_s": times.user + times.system +
+                                           times.children_user + times.children_system,
+                                           "parent": proc.ppid(),
                                            "rss_bytes": proc.memory_info().rss,
                                            "rank": self._rank(proc)}
         sample = {"t": time.time(), "busy_s": _busy_seconds(), "own_s": _own_seconds(),
@@ -196,15 +219,19 @@ def _intervals(samples: List[Dict], start: float, end: float) -> List[Dict]:
     """What happened between consecutive samples, for the intervals that overlap the window.
     The cell's CPU time in an interval is its processes' growth since the last sample, and all
     of the time of a process that started since (a loader's workers, started as the window
-    ends): it is the cell's, not another process's."""
+    ends): it is the cell's, not another process's. A process's time counts its reaped
+    children's, so one that ended since, reaped by another of the cell's, is in its parent's
+    growth whole, and what the earlier samples counted of it is taken off."""
     intervals = []
     for before, after in zip(samples, samples[1:]):
         if after["t"] < start or before["t"] > end:
             continue
         seconds = after["t"] - before["t"]
-        earlier = {pid: proc["cpu_s"] for pid, proc in before["processes"].items()}
-        cell = sum(max(0.0, proc["cpu_s"] - earlier.get(pid, 0.0))
-                   for pid, proc in after["processes"].items())
+        earlier, now = before["processes"], after["processes"]
+        reaped = sum(proc["cpu_s"] for pid, proc in earlier.items()
+                     if pid not in now and proc.get("parent") in now)
+        cell = max(0.0, sum(max(0.0, proc["cpu_s"] - earlier.get(pid, {}).get("cpu_s", 0.0))
+                            for pid, proc in now.items()) - reaped)
         outside = (after["busy_s"] - before["busy_s"]) - (after["own_s"] - before["own_s"]) - cell
         intervals.append({"t": after["t"], "seconds": seconds, "cell_cores": cell / seconds,
                           "other_cores": max(0.0, outside / seconds), "sample": after,
@@ -227,15 +254,17 @@ def summarize_watch(monitor: CellMonitor, window: Optional[Tuple[float, float]],
                     cell_dir: Path) -> Dict:
     """``noisy``, ``noise``, ``noise_cores`` (None without samples in the window), and
     ``telemetry`` for the record; the window's series goes to ``cell_dir/telemetry.jsonl``.
-    ``before_cores``: what the look just before the cell saw; None where the cell was sampled
-    without one, and the samples before its window tell instead (:func:`cores_before`)."""
-    reasons, before = [], "the cell"
-    if before_cores is None and window:
-        before_cores, before = cores_before(monitor.samples, window[0]), "the window"
+    Noise before the window is what the look just before the cell saw (``before_cores``; None
+    without one) and what the samples before the window tell (:func:`cores_before`)."""
+    reasons = []
     if before_cores is not None and before_cores > NOISE_CORES:
         waited = f" after waiting {waited_s:.0f} s for quiet" if waited_s else ""
         reasons.append(f"other processes used {before_cores:.2f} cores of "
-                       f"{psutil.cpu_count()} before {before}{waited}")
+                       f"{psutil.cpu_count()} before the cell{waited}")
+    sampled = cores_before(monitor.samples, window[0]) if window else None
+    if sampled is not None and sampled > NOISE_CORES:
+        reasons.append(f"other processes used {sampled:.2f} cores of {psutil.cpu_count()} "
+                       "before the window")
     intervals = _intervals(monitor.samples, *window) if window else []
     during = statistics.fmean(i["other_cores"] for i in intervals) if intervals else None
     if during is not None and during > NOISE_CORES:

@@ -22,9 +22,8 @@ from scaling.cell import Cell
 from scaling.execute import fingerprint
 from scaling.execute.aggregate import summarize
 from scaling.execute.ceiling import ensure_cell_ceiling, record_ceiling
-from scaling.execute.monitor import (BEFORE_CHECK_S, CellMonitor, WatchSettings, gpu_indices,
-                                     other_cores, summarize_watch, wait_for_quiet,
-                                     window_on_this_host)
+from scaling.execute.monitor import (CellMonitor, WatchSettings, gpu_indices, look_before,
+                                     summarize_watch, window_on_this_host)
 from scaling.execute.processes import run_process_tree, worker_env
 from scaling.execute.store import ResultStore
 from scaling.execute.trees import MAX_TREES, Launch, SharedTrees, shareable
@@ -111,11 +110,7 @@ def run_cell(cell: Cell, out_dir, python: Optional[str] = None,
     launch = tree_launch(cell, placement, python, extra_env)
     token = uuid.uuid4().hex
     log = "launcher.log" if placement.node_rank == 0 else f"launcher-node{placement.node_rank}.log"
-    waited_s, before_cores = None, None
-    if watch.wait_for_quiet_s is not None:
-        waited_s, before_cores = wait_for_quiet(watch.wait_for_quiet_s, on_busy)
-    elif not watch.telemetry:
-        before_cores = other_cores(BEFORE_CHECK_S)
+    waited_s, before_cores = look_before(watch, on_busy)
     monitor = CellMonitor(gpu_indices(cell.device_type, cell.devices), watch.telemetry)
     tree_start, process_tree = time.time(), None
     try:

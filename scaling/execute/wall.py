@@ -3,8 +3,8 @@ harness and the cell's first rank note on one clock (the host that makes the rec
 
 The phases, in the order they run:
 
-- ``before_launch``: the harness before the process tree (fingerprint, ceiling, a look at the
-  machine or a wait for quiet);
+- ``before_launch``: the harness before the process tree (fingerprint, ceiling, and without
+  telemetry a look at the machine, or a wait for quiet);
 - ``start``: the process tree's start until the first rank's worker runs: the launcher (its
   agent, as torchrun's or horovodrun's, imports its framework first) and the interpreter; in a
   local sweep's first shared cell, the start of the trees that begin together, framework

@@ -22,7 +22,8 @@ CALIBRATION_SKIP = 2
 CALIBRATION_STEPS = 2
 """Warm-up steps, at least, timed after those for the calibration under ``min_time_s``: two,
 so that their mean is of more than one step; :data:`CALIBRATION_SHARE`, not a count, decides
-how many more short steps need."""
+how many more short ones need. With three, a step that lasts a twentieth of ``min_time_s``
+(0.3 s of a 6 s window) ran once more than the share asked, in every cell."""
 
 CALIBRATION_SHARE = 0.1
 """The calibration's steps last at least this share of ``min_time_s``: the warm-up runs whole
